@@ -1,0 +1,159 @@
+// Package sandbox defines the Sandbox every rung implements, the policy and
+// limits it enforces, the isolation levels and report, and the ladder that
+// picks the strongest working rung. Rungs live in sandbox/<rung>.
+//
+// Methods take and return plain data so the same interface can later be
+// served across the wire by a sandbox pool.
+package sandbox
+
+import (
+	"context"
+	"io/fs"
+	"time"
+)
+
+// Sandbox is one isolated environment. Scoring code never knows which rung it
+// runs on.
+type Sandbox interface {
+	// Exec runs argv inside the sandbox and waits for it. Processes it leaves
+	// running are killed when it ends. A non-zero exit, a timeout or an OOM
+	// kill is a result, not an error; errors mean the sandbox itself failed.
+	Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
+	// ReadFile reads a file; relative paths are relative to the workdir.
+	ReadFile(ctx context.Context, path string) ([]byte, error)
+	// WriteFile writes a file, creating parent directories; relative paths
+	// are relative to the workdir.
+	WriteFile(ctx context.Context, path string, data []byte, mode fs.FileMode) error
+	// Report describes the isolation that applies.
+	Report() Report
+	// Close kills everything left and removes the sandbox. It is idempotent.
+	Close(ctx context.Context) error
+}
+
+// Snapshotter is implemented by sandboxes whose rung can snapshot: the
+// sandbox's filesystem changes become a layer new sandboxes start from.
+type Snapshotter interface {
+	// Snapshot freezes the changes made so far into a layer directory and
+	// returns it; the sandbox should be closed afterwards.
+	Snapshot(ctx context.Context) (Layer, error)
+}
+
+// Layer is a read-only filesystem layer (a directory, or a rung-specific
+// reference such as an image ID).
+type Layer struct {
+	Dir string `json:"dir,omitempty"`
+	Ref string `json:"ref,omitempty"`
+}
+
+// ExecRequest is one command.
+type ExecRequest struct {
+	Argv []string `json:"argv"`
+	// Env is added to the sandbox's environment (NAME=value entries win over
+	// the sandbox's own).
+	Env map[string]string `json:"env,omitempty"`
+	// Workdir defaults to the sandbox's workdir.
+	Workdir string `json:"workdir,omitempty"`
+	Stdin   []byte `json:"stdin,omitempty"`
+	// Timeout bounds the command (0: the sandbox's default command timeout).
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// OutputLimit caps stdout and stderr each (0: DefaultOutputLimit).
+	OutputLimit int `json:"output_limit,omitempty"`
+}
+
+// DefaultOutputLimit caps each of stdout and stderr of one command.
+const DefaultOutputLimit = 1 << 20
+
+// ExecResult is how a command ended.
+type ExecResult struct {
+	ExitCode int    `json:"exit_code"`
+	Stdout   []byte `json:"stdout,omitempty"`
+	Stderr   []byte `json:"stderr,omitempty"`
+	// Truncated is set when either stream was cut at the output limit.
+	Truncated bool          `json:"truncated,omitempty"`
+	TimedOut  bool          `json:"timed_out,omitempty"`
+	Duration  time.Duration `json:"duration"`
+	// Denials are the limits and policies that stopped or refused something.
+	Denials []Denial `json:"denials,omitempty"`
+}
+
+// Denial is something the sandbox refused or stopped.
+type Denial struct {
+	// Kind: oom, timeout, pids, fsize, network, filesystem.
+	Kind   string `json:"kind"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Network modes.
+const (
+	NetworkDeny      = "deny"
+	NetworkAllowlist = "allowlist"
+	NetworkAllow     = "allow"
+)
+
+// Policy is what the sandbox may reach.
+type Policy struct {
+	Network    string   `json:"network"`
+	AllowHosts []string `json:"allow_hosts,omitempty"`
+	// ProxyAddr is the egress proxy (host:port on the host) that allowlisted
+	// traffic goes through; the rung makes it reachable and sets HTTP(S)_PROXY.
+	ProxyAddr string `json:"proxy_addr,omitempty"`
+}
+
+// Limits are per-command resource limits; zero means the rung's default.
+type Limits struct {
+	MemoryMB   int     `json:"memory_mb,omitempty"`
+	PidsMax    int     `json:"pids_max,omitempty"`
+	FileSizeMB int     `json:"file_size_mb,omitempty"`
+	CPUs       float64 `json:"cpus,omitempty"`
+	// Cgroup is auto | off | a delegated cgroup v2 directory.
+	Cgroup string `json:"cgroup,omitempty"`
+}
+
+// Config creates a sandbox.
+type Config struct {
+	// Root is the image's unpacked root filesystem; empty means the host's
+	// system directories, read-only.
+	Root string `json:"root,omitempty"`
+	// Layers are snapshot layers over Root, topmost first.
+	Layers []Layer `json:"layers,omitempty"`
+	// Image is the image reference (rungs that run images natively, such as
+	// docker, use it instead of Root).
+	Image   string            `json:"image,omitempty"`
+	Workdir string            `json:"workdir"`
+	Env     map[string]string `json:"env,omitempty"`
+	User    string            `json:"user,omitempty"`
+	// ReadOnlyRoot makes everything but the workdir and /tmp read-only.
+	ReadOnlyRoot   bool          `json:"read_only_root,omitempty"`
+	Policy         Policy        `json:"policy"`
+	Limits         Limits        `json:"limits"`
+	CommandTimeout time.Duration `json:"command_timeout,omitempty"`
+	// StateDir is where the rung keeps this sandbox's writable state.
+	StateDir string `json:"state_dir,omitempty"`
+}
+
+// Report is a trial's isolation report.
+type Report struct {
+	Rung      string   `json:"rung"`
+	Isolation Level    `json:"isolation"`
+	Network   string   `json:"network"`
+	ProxyAddr string   `json:"proxy_addr,omitempty"`
+	Limits    []string `json:"limits,omitempty"`
+	Notes     []string `json:"notes,omitempty"`
+}
+
+// Rung is one way to make sandboxes.
+type Rung interface {
+	Name() string
+	Isolation() Level
+	// Probe says whether the rung works on this host, and why not.
+	Probe(ctx context.Context) Probe
+	Create(ctx context.Context, cfg Config) (Sandbox, error)
+}
+
+// Probe is the outcome of probing a rung.
+type Probe struct {
+	Rung      string `json:"rung"`
+	Works     bool   `json:"works"`
+	Isolation Level  `json:"isolation"`
+	Reason    string `json:"reason,omitempty"`
+}
