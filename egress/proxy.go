@@ -1,0 +1,551 @@
+// Package egress is the logging egress proxy through which sandboxes with an
+// allowlist network policy reach the outside.
+//
+// The proxy speaks HTTP CONNECT (tunnels, for HTTPS and anything else over
+// TCP) and plain HTTP proxying (absolute-URI requests). It listens on a
+// loopback TCP address and on a unix socket; sandboxes in their own network
+// namespace reach it through the socket bind-mounted in (sandbox.Policy's
+// ProxyAddr is "unix:/path" or "host:port"). Only host:port pairs in the
+// policy's allow_hosts get through; every attempt, allowed or not, is logged
+// and reported as an Event.
+//
+// What it does not do: it cannot see inside CONNECT tunnels, so an allowed
+// host:port can carry any protocol; it never follows redirects (the client
+// sees them and must ask again, through the policy); names of refused hosts
+// are never resolved. Against DNS rebinding it refuses allowed names that
+// resolve to loopback, private or link-local addresses (unless
+// Policy.AllowPrivate) and dials the very addresses it checked; it does not
+// check certificates or SNI, which would need TLS interception.
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Event is one attempt to go out through the proxy.
+type Event struct {
+	Time time.Time `json:"time"`
+	Host string    `json:"host"`
+	Port int       `json:"port"`
+	// Method is CONNECT for tunnels, else the HTTP method.
+	Method string `json:"method"`
+	// Allowed is false when the policy refused the attempt (not in
+	// allow_hosts, or an allowed name resolving to a private address).
+	Allowed bool `json:"allowed"`
+	// Reason says why it was refused, or why an allowed attempt still
+	// failed (DNS, dial); empty for a connection that went through.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Proxy is a logging egress proxy. Create it with New, then Start it.
+type Proxy struct {
+	policy  Policy
+	logger  *slog.Logger
+	onEvent func(Event)
+
+	rules     []rule
+	srv       *http.Server
+	transport *http.Transport
+	fwd       *httputil.ReverseProxy
+	resolver  *net.Resolver
+	tcpLn     net.Listener
+	unixLn    net.Listener
+	sockDir   string
+	ownsDir   bool
+	stopCtx   func() bool
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	tunnels map[net.Conn]struct{}
+	// handlers counts running handlers so Close can wait for them; Add is
+	// only called under mu while not closed.
+	handlers sync.WaitGroup
+	serving  sync.WaitGroup
+	done     chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New makes a proxy enforcing policy. onEvent (may be nil) is called for
+// every attempt, from the connection's goroutine: it must not block long.
+func New(policy Policy, logger *slog.Logger, onEvent func(Event)) *Proxy {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if onEvent == nil {
+		onEvent = func(Event) {}
+	}
+	if policy.MaxConns <= 0 {
+		policy.MaxConns = defaultMaxConns
+	}
+	if policy.DialTimeout <= 0 {
+		policy.DialTimeout = defaultDialTimeout
+	}
+	if policy.IdleTimeout <= 0 {
+		policy.IdleTimeout = defaultIdleTimeout
+	}
+	return &Proxy{policy: policy, logger: logger, onEvent: onEvent, tunnels: map[net.Conn]struct{}{}, done: make(chan struct{}), resolver: net.DefaultResolver}
+}
+
+// Start listens on 127.0.0.1:0 and on a unix socket and serves until Close
+// or until ctx ends.
+func (p *Proxy) Start(ctx context.Context) error {
+	rules, err := parseRules(p.policy.AllowHosts)
+	if err != nil {
+		return fmt.Errorf("starting egress proxy: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started || p.closed {
+		return errors.New("starting egress proxy: already started")
+	}
+	p.rules = rules
+
+	p.sockDir = p.policy.SocketDir
+	if p.sockDir == "" {
+		if p.sockDir, err = os.MkdirTemp("", "evalsi-egress-"); err != nil {
+			return fmt.Errorf("starting egress proxy: %w", err)
+		}
+		p.ownsDir = true
+	} else if err := os.MkdirAll(p.sockDir, 0o700); err != nil {
+		return fmt.Errorf("starting egress proxy: socket directory: %w", err)
+	}
+	sock := filepath.Join(p.sockDir, "egress.sock")
+	os.Remove(sock) // a stale socket from a crashed run
+	var lc net.ListenConfig
+	tcpLn, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		p.cleanupDir()
+		return fmt.Errorf("starting egress proxy: %w", err)
+	}
+	unixLn, err := lc.Listen(ctx, "unix", sock)
+	if err != nil {
+		tcpLn.Close()
+		p.cleanupDir()
+		return fmt.Errorf("starting egress proxy: unix socket %s: %w", sock, err)
+	}
+	// Sandboxes may run as another user than the engine (an image's User on
+	// the docker rung); who can reach the socket is decided by the
+	// directory it sits in or the bind mount that carries it.
+	if err := os.Chmod(sock, 0o666); err != nil {
+		tcpLn.Close()
+		unixLn.Close()
+		p.cleanupDir()
+		return fmt.Errorf("starting egress proxy: %w", err)
+	}
+	sem := make(chan struct{}, p.policy.MaxConns)
+	p.tcpLn = &limitListener{Listener: tcpLn, sem: sem, done: p.done}
+	p.unixLn = &limitListener{Listener: unixLn, sem: sem, done: p.done}
+
+	p.transport = &http.Transport{
+		Proxy:                  nil, // never chain to the engine's own proxy
+		DialContext:            p.dialPinned,
+		DisableKeepAlives:      true,
+		ResponseHeaderTimeout:  2 * time.Minute,
+		MaxResponseHeaderBytes: 1 << 20,
+	}
+	p.fwd = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			// The Host header is the URL's host, the one the policy
+			// checked, never a different name sent to an allowed address.
+			pr.Out.Host = ""
+		},
+		Transport:     p.transport,
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			p.logger.Warn("egress upstream error", "host", r.URL.Host, "method", r.Method, "err", err)
+			http.Error(w, "egress proxy: upstream error: "+err.Error(), http.StatusBadGateway)
+		},
+	}
+	p.srv = &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       p.policy.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
+	}
+	for _, ln := range []net.Listener{p.tcpLn, p.unixLn} {
+		p.serving.Add(1)
+		go func() {
+			defer p.serving.Done()
+			p.srv.Serve(ln)
+		}()
+	}
+	p.started = true
+	p.stopCtx = context.AfterFunc(ctx, func() { p.Close() })
+	p.logger.Info("egress proxy listening", "addr", p.Addr(), "unix", p.UnixAddr(), "allow_hosts", p.policy.AllowHosts)
+	return nil
+}
+
+// Addr is the loopback TCP address, host:port.
+func (p *Proxy) Addr() string {
+	if p.tcpLn == nil {
+		return ""
+	}
+	return p.tcpLn.Addr().String()
+}
+
+// UnixAddr is the unix socket, as "unix:/path".
+func (p *Proxy) UnixAddr() string {
+	if p.unixLn == nil {
+		return ""
+	}
+	return "unix:" + p.unixLn.Addr().String()
+}
+
+// Close stops listening, cuts every connection and tunnel, and waits for
+// all of the proxy's goroutines to end. It is idempotent; concurrent calls
+// all return once the proxy has stopped.
+func (p *Proxy) Close() error {
+	p.closeOnce.Do(func() { p.closeErr = p.close() })
+	return p.closeErr
+}
+
+func (p *Proxy) close() error {
+	p.mu.Lock()
+	p.closed = true
+	close(p.done)
+	started := p.started
+	for c := range p.tunnels {
+		c.Close()
+	}
+	p.mu.Unlock()
+	if !started {
+		return nil
+	}
+	p.stopCtx()
+	err := p.srv.Close()
+	p.serving.Wait()
+	p.handlers.Wait()
+	p.transport.CloseIdleConnections()
+	os.Remove(strings.TrimPrefix(p.UnixAddr(), "unix:"))
+	p.cleanupDir()
+	if err != nil {
+		return fmt.Errorf("closing egress proxy: %w", err)
+	}
+	return nil
+}
+
+func (p *Proxy) cleanupDir() {
+	if p.ownsDir {
+		os.RemoveAll(p.sockDir)
+	}
+}
+
+// ServeHTTP handles one proxy request.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		http.Error(w, "egress proxy: closing", http.StatusServiceUnavailable)
+		return
+	}
+	p.handlers.Add(1)
+	p.mu.Unlock()
+	defer p.handlers.Done()
+
+	switch {
+	case r.Method == http.MethodConnect:
+		p.connect(w, r)
+	case r.URL.IsAbs() && r.URL.Scheme == "http" && r.URL.Host != "":
+		p.forward(w, r)
+	case r.URL.IsAbs():
+		http.Error(w, "egress proxy: only http:// URLs are proxied directly; use CONNECT for "+r.URL.Scheme, http.StatusBadRequest)
+	default:
+		http.Error(w, "egress proxy: this is a proxy; send absolute-URI requests (HTTP_PROXY) or CONNECT (HTTPS_PROXY)", http.StatusBadRequest)
+	}
+}
+
+// decision is the outcome of checking one attempt.
+type decision struct {
+	ev    Event
+	addrs []string // pinned upstream addresses, when allowed
+	code  int      // HTTP status for a refusal or failure
+}
+
+// decide checks hostport against the policy and resolves it.
+func (p *Proxy) decide(ctx context.Context, method, hostport string) decision {
+	d := decision{ev: Event{Time: time.Now(), Method: method, Host: hostport}}
+	host, port, err := splitHostPort(hostport)
+	if err != nil {
+		d.ev.Reason = "bad target " + strconv.Quote(hostport) + ": " + err.Error()
+		d.code = http.StatusBadRequest
+		return d
+	}
+	d.ev.Host, d.ev.Port = host, port
+	if !allowed(p.rules, host, port) {
+		d.ev.Reason = "not in allow_hosts"
+		d.code = http.StatusForbidden
+		return d
+	}
+	d.ev.Allowed = true
+	ps := strconv.Itoa(port)
+	if ip := net.ParseIP(host); ip != nil {
+		d.addrs = []string{net.JoinHostPort(ip.String(), ps)}
+		return d
+	}
+	if host == "localhost" {
+		d.addrs = []string{net.JoinHostPort("127.0.0.1", ps), net.JoinHostPort("::1", ps)}
+		return d
+	}
+	lctx, cancel := context.WithTimeout(ctx, p.policy.DialTimeout)
+	defer cancel()
+	ips, err := p.resolver.LookupIPAddr(lctx, host)
+	if err != nil {
+		d.ev.Reason = "dns: " + err.Error()
+		d.code = http.StatusBadGateway
+		return d
+	}
+	var private []string
+	for _, ip := range ips {
+		if !p.policy.AllowPrivate && !isPublic(ip.IP) {
+			private = append(private, ip.IP.String())
+			continue
+		}
+		d.addrs = append(d.addrs, net.JoinHostPort(ip.IP.String(), ps))
+	}
+	if len(d.addrs) == 0 {
+		d.ev.Allowed = false
+		d.ev.Reason = "resolves only to non-public addresses " + strings.Join(private, ", ") + " (DNS rebinding guard; allow the address itself or set allow_private)"
+		d.code = http.StatusForbidden
+	}
+	return d
+}
+
+// isPublic reports whether ip is a global unicast address outside the
+// private, loopback, link-local and unspecified ranges.
+func isPublic(ip net.IP) bool {
+	return ip.IsGlobalUnicast() && !ip.IsPrivate() && !ip.IsLoopback() && !ip.IsLinkLocalUnicast()
+}
+
+// report logs and reports one attempt.
+func (p *Proxy) report(ev Event) {
+	attrs := []any{"host", ev.Host, "port", ev.Port, "method", ev.Method}
+	switch {
+	case !ev.Allowed:
+		p.logger.Warn("egress refused", append(attrs, "reason", ev.Reason)...)
+	case ev.Reason != "":
+		p.logger.Info("egress failed", append(attrs, "reason", ev.Reason)...)
+	default:
+		p.logger.Info("egress allowed", attrs...)
+	}
+	p.onEvent(ev)
+}
+
+func (p *Proxy) refuse(w http.ResponseWriter, d decision) {
+	if d.code == http.StatusForbidden {
+		w.Header().Set("X-Proxy-Error", "blocked-by-allowlist")
+	}
+	http.Error(w, fmt.Sprintf("egress proxy: %s:%d: %s", d.ev.Host, d.ev.Port, d.ev.Reason), d.code)
+}
+
+// dial connects to the first reachable pinned address.
+func (p *Proxy) dial(ctx context.Context, addrs []string) (net.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, p.policy.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	var errs []error
+	for _, a := range addrs {
+		c, err := d.DialContext(dctx, "tcp", a)
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+type pinnedKey struct{}
+
+// dialPinned is the forwarding transport's dialer: it connects only to the
+// addresses decide checked for this request.
+func (p *Proxy) dialPinned(ctx context.Context, _, _ string) (net.Conn, error) {
+	addrs, _ := ctx.Value(pinnedKey{}).([]string)
+	if len(addrs) == 0 {
+		return nil, errors.New("egress proxy: no checked address for this request")
+	}
+	return p.dial(ctx, addrs)
+}
+
+// connect opens a tunnel.
+func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
+	d := p.decide(r.Context(), http.MethodConnect, r.Host)
+	if d.code != 0 {
+		p.report(d.ev)
+		p.refuse(w, d)
+		return
+	}
+	up, err := p.dial(r.Context(), d.addrs)
+	if err != nil {
+		d.ev.Reason = "dial: " + err.Error()
+		p.report(d.ev)
+		http.Error(w, "egress proxy: cannot reach "+r.Host, http.StatusBadGateway)
+		return
+	}
+	p.report(d.ev)
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		up.Close()
+		http.Error(w, "egress proxy: CONNECT needs HTTP/1.1", http.StatusHTTPVersionNotSupported)
+		return
+	}
+	client, buf, err := hj.Hijack()
+	if err != nil {
+		up.Close()
+		return
+	}
+	if !p.track(client, up) {
+		client.Close()
+		up.Close()
+		return
+	}
+	defer p.untrack(client, up)
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	// Bytes the client sent right after its CONNECT request.
+	if n := buf.Reader.Buffered(); n > 0 {
+		b, _ := buf.Reader.Peek(n)
+		if _, err := up.Write(b); err != nil {
+			return
+		}
+	}
+	p.pipe(client, up)
+}
+
+// pipe copies both ways until both directions end, an error, or the idle
+// timeout.
+func (p *Proxy) pipe(a, b net.Conn) {
+	idle := p.policy.IdleTimeout
+	var wg sync.WaitGroup
+	cp := func(dst, src net.Conn) {
+		defer wg.Done()
+		io.Copy(idleWriter{dst, idle}, idleReader{src, idle})
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		} else {
+			dst.Close()
+		}
+	}
+	wg.Add(2)
+	go cp(a, b)
+	go cp(b, a)
+	wg.Wait()
+}
+
+func (p *Proxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	for _, c := range cs {
+		p.tunnels[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *Proxy) untrack(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+		delete(p.tunnels, c)
+	}
+}
+
+// forward proxies one plain-HTTP request.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
+	hostport := r.URL.Host
+	if r.URL.Port() == "" {
+		hostport = net.JoinHostPort(r.URL.Hostname(), "80")
+	}
+	d := p.decide(r.Context(), r.Method, hostport)
+	if d.code != 0 {
+		p.report(d.ev)
+		p.refuse(w, d)
+		return
+	}
+	p.report(d.ev)
+	if r.Header.Get("Upgrade") != "" {
+		http.Error(w, "egress proxy: protocol upgrades go through CONNECT", http.StatusBadRequest)
+		return
+	}
+	p.fwd.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), pinnedKey{}, d.addrs)))
+}
+
+// idleReader and idleWriter push the connection's deadline forward on
+// every read or write, so a tunnel dies only when idle.
+type idleReader struct {
+	c    net.Conn
+	idle time.Duration
+}
+
+func (r idleReader) Read(b []byte) (int, error) {
+	r.c.SetReadDeadline(time.Now().Add(r.idle))
+	return r.c.Read(b)
+}
+
+type idleWriter struct {
+	c    net.Conn
+	idle time.Duration
+}
+
+func (w idleWriter) Write(b []byte) (int, error) {
+	w.c.SetWriteDeadline(time.Now().Add(w.idle))
+	return w.c.Write(b)
+}
+
+// limitListener bounds concurrent connections across listeners sharing sem.
+type limitListener struct {
+	net.Listener
+	sem  chan struct{}
+	done chan struct{}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: sync.OnceFunc(func() { <-l.sem })}, nil
+}
+
+type limitConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	c.release()
+	return c.Conn.Close()
+}
+
+// CloseWrite half-closes when the underlying connection can.
+func (c *limitConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
