@@ -1,0 +1,299 @@
+package evaluate
+
+import (
+	"fmt"
+
+	"evals.si/spec"
+)
+
+// EvaluatorResult is one evaluator's outcome on one trial.
+type EvaluatorResult struct {
+	// Evaluator is the evaluator's name as in the spec.
+	Evaluator string  `json:"evaluator"`
+	Scores    []Score `json:"scores,omitempty"`
+	// Err is set when the evaluator could not score the trial.
+	Err string `json:"error,omitempty"`
+}
+
+// TrialResult is a finished trial as Aggregate sees it.
+type TrialResult struct {
+	RecordID string `json:"record_id"`
+	Trial    int    `json:"trial"`
+	// Err is set when the trial itself failed (an infrastructure error):
+	// nothing was scored.
+	Err string `json:"error,omitempty"`
+	// Evaluations holds one result per configured evaluator, in spec order.
+	Evaluations []EvaluatorResult `json:"evaluations,omitempty"`
+}
+
+// ScoreMean is the mean of one score over the trials that reported it.
+type ScoreMean struct {
+	Name string  `json:"name"`
+	Mean float64 `json:"mean"`
+	// N is how many trials reported the score.
+	N int `json:"n"`
+}
+
+// EvaluatorSummary is one configured evaluator's part of a summary.
+type EvaluatorSummary struct {
+	Name string `json:"name"`
+	// Errored counts the trials it could not score: its own errors and
+	// trials that failed before evaluation.
+	Errored int         `json:"errored"`
+	Scores  []ScoreMean `json:"scores"`
+}
+
+// PassK is pass@k or pass^k for one k, averaged over records.
+type PassK struct {
+	K     int     `json:"k"`
+	Value float64 `json:"value"`
+	// Records is how many records had at least k decidable trials and so
+	// entered the average.
+	Records int `json:"records"`
+}
+
+// Summary is a run's aggregate, as the report prints it.
+type Summary struct {
+	// Records is the number of distinct records; Trials the most trials any
+	// record had; TrialsRun the number of trials in all.
+	Records   int `json:"records"`
+	Trials    int `json:"trials"`
+	TrialsRun int `json:"trials_run"`
+	// Errored counts trials that failed or that some evaluator could not score.
+	Errored    int                `json:"errored"`
+	Evaluators []EvaluatorSummary `json:"evaluators"`
+	// Means holds every score's mean, in evaluator order; a score name two
+	// evaluators share is averaged over both.
+	Means []ScoreMean `json:"means"`
+	// PassSignal names the evaluators whose scores decide whether a trial
+	// passed; empty when none of the configured evaluators gives one.
+	PassSignal []string `json:"pass_signal,omitempty"`
+	// PassAtK and PassHatK hold k = 1..Trials when Trials > 1 and there is a
+	// pass signal; a k no record had enough decidable trials for is left out.
+	PassAtK  []PassK `json:"pass_at_k,omitempty"`
+	PassHatK []PassK `json:"pass_hat_k,omitempty"`
+}
+
+// Scores returns the flat map of the `--json` report: each score's mean,
+// plus "pass@K" and "pass^K".
+func (s Summary) Scores() map[string]float64 {
+	m := make(map[string]float64, len(s.Means)+len(s.PassAtK)+len(s.PassHatK))
+	for _, sm := range s.Means {
+		m[sm.Name] = sm.Mean
+	}
+	for _, p := range s.PassAtK {
+		m[fmt.Sprintf("pass@%d", p.K)] = p.Value
+	}
+	for _, p := range s.PassHatK {
+		m[fmt.Sprintf("pass^%d", p.K)] = p.Value
+	}
+	return m
+}
+
+// passRule decides whether one evaluator's scores make a trial pass.
+type passRule struct {
+	index int // position in the configured evaluators
+	name  string
+	pass  func(scores []Score) (pass, ok bool)
+}
+
+func scoreValue(scores []Score, name string) (float64, bool) {
+	for _, s := range scores {
+		if s.Name == name {
+			return s.Value, true
+		}
+	}
+	return 0, false
+}
+
+// passRules chooses the pass signal. When task-success is configured it
+// alone decides (the checker's verdict is the ground truth of an agent
+// run). Otherwise a trial passes when every pass evaluator passes: the 1/0
+// output checks (exact-match, includes, regex, json-valid, trajectory-match)
+// at 1, and llm-judge and goal-completion at or above their `threshold`
+// when one is set. Continuous scores without a threshold (code-quality,
+// efficiency, tool-call F1, …) are not pass signals.
+func passRules(cfgs []spec.Evaluator) []passRule {
+	binary := func(score string) func([]Score) (bool, bool) {
+		return func(s []Score) (bool, bool) {
+			v, ok := scoreValue(s, score)
+			return v == 1, ok
+		}
+	}
+	for i, c := range cfgs {
+		if c.Name == TaskSuccess {
+			return []passRule{{index: i, name: c.Name, pass: binary("task-success")}}
+		}
+	}
+	var rules []passRule
+	for i, c := range cfgs {
+		switch c.Name {
+		case ExactMatch, Includes, Regex, JSONValid, TrajectoryMatch:
+			rules = append(rules, passRule{index: i, name: c.Name, pass: binary(c.Name)})
+		case LLMJudge, GoalCompletion:
+			if c.Threshold == nil {
+				continue
+			}
+			th, score := *c.Threshold, c.Name
+			rules = append(rules, passRule{index: i, name: c.Name, pass: func(s []Score) (bool, bool) {
+				v, ok := scoreValue(s, score)
+				return v >= th, ok
+			}})
+		}
+	}
+	return rules
+}
+
+// resultFor finds the result of configured evaluator i in a trial: by
+// position when the engine kept spec order (as it should), else the first
+// result of that name.
+func resultFor(t TrialResult, i int, name string) (EvaluatorResult, bool) {
+	if i < len(t.Evaluations) && t.Evaluations[i].Evaluator == name {
+		return t.Evaluations[i], true
+	}
+	for _, r := range t.Evaluations {
+		if r.Evaluator == name {
+			return r, true
+		}
+	}
+	return EvaluatorResult{}, false
+}
+
+// meanAcc accumulates means in first-seen order.
+type meanAcc struct {
+	order []string
+	sum   map[string]float64
+	n     map[string]int
+}
+
+func newMeanAcc() *meanAcc { return &meanAcc{sum: map[string]float64{}, n: map[string]int{}} }
+
+func (a *meanAcc) add(name string, v float64) {
+	if _, seen := a.n[name]; !seen {
+		a.order = append(a.order, name)
+	}
+	a.sum[name] += v
+	a.n[name]++
+}
+
+func (a *meanAcc) means() []ScoreMean {
+	out := make([]ScoreMean, 0, len(a.order))
+	for _, name := range a.order {
+		out = append(out, ScoreMean{Name: name, Mean: a.sum[name] / float64(a.n[name]), N: a.n[name]})
+	}
+	return out
+}
+
+// Aggregate summarises a run: per score the mean over the trials that
+// reported it (failed trials and evaluator errors are left out of the
+// means and counted as errored), and, when records ran more than one trial,
+// pass@k and pass^k for k = 1..trials. pass@k is computed per record over
+// its trials whose pass signal is decidable (not failed, every pass
+// evaluator scored), then averaged over the records with at least k of them.
+func Aggregate(cfgs []spec.Evaluator, trials []TrialResult) Summary {
+	var s Summary
+	perEval := make([]*meanAcc, len(cfgs))
+	for i := range perEval {
+		perEval[i] = newMeanAcc()
+	}
+	all := newMeanAcc()
+	errored := make([]int, len(cfgs))
+	rules := passRules(cfgs)
+
+	type tally struct{ n, c, trials int }
+	byRecord := map[string]*tally{}
+	var recordOrder []string
+
+	for _, t := range trials {
+		s.TrialsRun++
+		rt := byRecord[t.RecordID]
+		if rt == nil {
+			rt = &tally{}
+			byRecord[t.RecordID] = rt
+			recordOrder = append(recordOrder, t.RecordID)
+		}
+		rt.trials++
+
+		trialErrored := t.Err != ""
+		results := make([]EvaluatorResult, len(cfgs))
+		usable := make([]bool, len(cfgs))
+		for i, c := range cfgs {
+			if t.Err != "" {
+				errored[i]++
+				continue
+			}
+			r, ok := resultFor(t, i, c.Name)
+			if !ok || r.Err != "" {
+				errored[i]++
+				trialErrored = true
+				continue
+			}
+			results[i], usable[i] = r, true
+			for _, sc := range r.Scores {
+				perEval[i].add(sc.Name, sc.Value)
+				all.add(sc.Name, sc.Value)
+			}
+		}
+		if trialErrored {
+			s.Errored++
+		}
+
+		if len(rules) == 0 || t.Err != "" {
+			continue
+		}
+		decided, passed := true, true
+		for _, r := range rules {
+			if !usable[r.index] {
+				decided = false
+				break
+			}
+			p, ok := r.pass(results[r.index].Scores)
+			if !ok {
+				decided = false
+				break
+			}
+			passed = passed && p
+		}
+		if decided {
+			rt.n++
+			if passed {
+				rt.c++
+			}
+		}
+	}
+
+	s.Records = len(recordOrder)
+	for _, id := range recordOrder {
+		s.Trials = max(s.Trials, byRecord[id].trials)
+	}
+	for i, c := range cfgs {
+		s.Evaluators = append(s.Evaluators, EvaluatorSummary{Name: c.Name, Errored: errored[i], Scores: perEval[i].means()})
+	}
+	s.Means = all.means()
+	for _, r := range rules {
+		s.PassSignal = append(s.PassSignal, r.name)
+	}
+
+	if len(rules) == 0 || s.Trials < 2 {
+		return s
+	}
+	for k := 1; k <= s.Trials; k++ {
+		var at, hat float64
+		n := 0
+		for _, id := range recordOrder {
+			rt := byRecord[id]
+			if rt.n < k {
+				continue
+			}
+			at += PassAtK(rt.n, rt.c, k)
+			hat += PassHatK(rt.n, rt.c, k)
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		s.PassAtK = append(s.PassAtK, PassK{K: k, Value: at / float64(n), Records: n})
+		s.PassHatK = append(s.PassHatK, PassK{K: k, Value: hat / float64(n), Records: n})
+	}
+	return s
+}
