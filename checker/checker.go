@@ -1,0 +1,169 @@
+// Package checker grades a task's end state: it writes the checker's files,
+// runs its command in the sandbox and turns the result into a Verdict with a
+// parser. It also captures the agent's change as a git diff (diff.go).
+//
+// A checker that cannot run is an *InfraError (errors.As-able), never a
+// failed verdict: the checker command's own timeout, exit 126 or 127 (not
+// executable, not found), files that cannot be written, a parser that finds
+// no parsable output. A failing test is Pass=false with no error.
+package checker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"evals.si/sandbox"
+	"evals.si/spec"
+)
+
+// DefaultTimeout bounds the checker command when checker.timeout is unset.
+const DefaultTimeout = 10 * time.Minute
+
+// outputCap bounds Verdict.Output; the tail is kept, where test runners put
+// their summaries.
+const outputCap = 64 << 10
+
+// Sandbox is the part of sandbox.Sandbox the checker uses.
+type Sandbox interface {
+	Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error)
+	ReadFile(ctx context.Context, path string) ([]byte, error)
+	WriteFile(ctx context.Context, path string, data []byte, mode fs.FileMode) error
+}
+
+// Verdict is the checker's grade of the end state.
+type Verdict struct {
+	Pass bool
+	// Score is in [0, 1].
+	Score   float64
+	Details string
+	// ExitCode and Output (stdout then stderr, the last 64 KiB) are the
+	// checker command's.
+	ExitCode int
+	Output   string
+}
+
+// InfraError is a checker that could not run or could not be read: the
+// trial errored, the task did not fail.
+type InfraError struct {
+	// Reason says what went wrong, for people.
+	Reason string
+	// Err is the underlying error, if any.
+	Err error
+}
+
+func (e *InfraError) Error() string {
+	if e.Err != nil {
+		return "checker cannot run: " + e.Reason + ": " + e.Err.Error()
+	}
+	return "checker cannot run: " + e.Reason
+}
+
+func (e *InfraError) Unwrap() error { return e.Err }
+
+func infraf(format string, args ...any) *InfraError {
+	return &InfraError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// Run writes cfg.Files (relative paths under workdir, absolute ones as
+// they are), runs cfg.Command in workdir with cfg.Timeout (default 10m) and
+// parses the result with cfg.Parser (default exit-code). An unknown parser
+// or an empty command is a plain error (a spec error the engine should have
+// caught with reg.Has); a checker that cannot run is an *InfraError.
+func Run(ctx context.Context, sb Sandbox, cfg spec.Checker, workdir string, reg *Registry) (Verdict, error) {
+	if len(cfg.Command) == 0 {
+		return Verdict{}, errors.New("environment.checker.command is empty: give the command that grades the task, e.g. [python3, -m, pytest, -q]")
+	}
+	if reg == nil {
+		reg = NewRegistry()
+	}
+	parserName := cfg.Parser
+	if parserName == "" {
+		parserName = ParserExitCode
+	}
+	parse, err := reg.Lookup(parserName)
+	if err != nil {
+		return Verdict{}, err
+	}
+
+	names := make([]string, 0, len(cfg.Files))
+	for name := range cfg.Files {
+		names = append(names, name)
+	}
+	sort.Strings(names) // deterministic order, so failures are reproducible
+	for _, name := range names {
+		p := resolve(workdir, name)
+		if err := sb.WriteFile(ctx, p, []byte(cfg.Files[name]), 0o644); err != nil {
+			return Verdict{}, &InfraError{Reason: "writing checker file " + p, Err: err}
+		}
+	}
+
+	timeout := cfg.Timeout.D()
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: cfg.Command, Workdir: workdir, Timeout: timeout})
+	if err != nil {
+		if ctx.Err() != nil {
+			return Verdict{}, fmt.Errorf("running the checker: %w", ctx.Err())
+		}
+		return Verdict{}, &InfraError{Reason: fmt.Sprintf("running %q in the sandbox", cfg.Command), Err: err}
+	}
+	out := tail(append(append([]byte(nil), res.Stdout...), res.Stderr...), outputCap)
+	switch {
+	case res.TimedOut:
+		return Verdict{}, infraf("the checker command %q timed out after %s (raise environment.checker.timeout if it needs longer); output: %s", cfg.Command, timeout, snippet(out))
+	case res.ExitCode == 126:
+		return Verdict{}, infraf("the checker command %q could not be executed (exit 126: not executable); output: %s", cfg.Command, snippet(out))
+	case res.ExitCode == 127:
+		return Verdict{}, infraf("the checker command %q could not be started (exit 127: not found or not executable): is its interpreter installed in the image? output: %s", cfg.Command, snippet(out))
+	}
+
+	v, err := parse(ctx, res, sb, workdir)
+	if err != nil {
+		var ie *InfraError
+		if errors.As(err, &ie) {
+			return Verdict{}, err
+		}
+		return Verdict{}, &InfraError{Reason: "parser " + parserName, Err: err}
+	}
+	if v.Score < 0 || v.Score > 1 {
+		return Verdict{}, infraf("parser %s returned score %v, outside [0, 1]", parserName, v.Score)
+	}
+	v.ExitCode = res.ExitCode
+	v.Output = out
+	return v, nil
+}
+
+// resolve makes a sandbox path absolute: relative paths are under workdir.
+func resolve(workdir, p string) string {
+	if path.IsAbs(p) || workdir == "" {
+		return path.Clean(p)
+	}
+	return path.Join(workdir, p)
+}
+
+// tail returns the last n bytes of b as text, with a note when cut.
+func tail(b []byte, n int) string {
+	if len(b) <= n {
+		return strings.ToValidUTF8(string(b), "\uFFFD")
+	}
+	return fmt.Sprintf("[... first %d bytes omitted ...]\n", len(b)-n) + strings.ToValidUTF8(string(b[len(b)-n:]), "\uFFFD")
+}
+
+// snippet is a short tail of the output for error messages.
+func snippet(out string) string {
+	const n = 500
+	if out == "" {
+		return "(none)"
+	}
+	if len(out) > n {
+		return "…" + out[len(out)-n:]
+	}
+	return out
+}
