@@ -27,6 +27,9 @@ type Request struct {
 	// RecordID lets the scripted connector pick the record's script; real
 	// connectors ignore it.
 	RecordID string
+	// Trial is the trial index; the scripted connector looks up
+	// "<record>/<trial>" before "<record>".
+	Trial int
 }
 
 // Tool is a function the model may call.
