@@ -1,0 +1,113 @@
+// Package bwrap is the bubblewrap rung: every command is one bwrap
+// invocation with new user, mount, PID, network, IPC, UTS and cgroup
+// namespaces, no capabilities, a seccomp filter, its own /proc, /dev and
+// /tmp, over a root assembled by sandbox/overlay. Because each command has
+// its own PID namespace, whatever it leaves running dies with it.
+//
+// Limits: a per-command cgroup (v2 when delegated, v1 pids/memory/cpu when
+// the engine is root on a hybrid host) joined by a launcher helper before it
+// execs bwrap, plus rlimits (address space when no memory cgroup applies,
+// file size, core). RLIMIT_NPROC only holds for a non-root host uid: the
+// kernel exempts uid 0, which is what the sandbox's root maps to when the
+// engine runs as root, so then the pids cgroup is the fork-bomb cap.
+//
+// The engine binary re-executes itself as those helpers, so programs (and
+// tests) that use this package call reexec.Init first thing in main.
+package bwrap
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"evals.si/sandbox"
+	"evals.si/sandbox/limits"
+	"evals.si/sandbox/reexec"
+)
+
+// Options configure the rung; zero values pick the defaults.
+type Options struct {
+	// Bwrap is the bwrap binary (default: "bwrap" on PATH).
+	Bwrap string
+	// Helper is the engine binary, re-executed as the launcher and bound
+	// into sandboxes as /.evalsi/evalsi (default: reexec.Self()). It must
+	// be static when images without glibc use network: allowlist.
+	Helper string
+	// Host is where cgroups are looked for (default: limits.ThisHost()).
+	Host *limits.Host
+}
+
+// Rung makes bubblewrap sandboxes.
+type Rung struct {
+	opts Options
+}
+
+// New returns the bwrap rung.
+func New(o Options) *Rung { return &Rung{opts: o} }
+
+func (r *Rung) Name() string             { return sandbox.RungBwrap }
+func (r *Rung) Isolation() sandbox.Level { return sandbox.LevelNamespaced }
+
+func (r *Rung) bwrapPath() (string, error) {
+	name := r.opts.Bwrap
+	if name == "" {
+		name = "bwrap"
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("bubblewrap not found (%w); install it (apt-get install bubblewrap)", err)
+	}
+	return p, nil
+}
+
+func (r *Rung) helperPath() (string, error) {
+	if r.opts.Helper != "" {
+		return r.opts.Helper, nil
+	}
+	return reexec.Self()
+}
+
+func (r *Rung) host() limits.Host {
+	if r.opts.Host != nil {
+		return *r.opts.Host
+	}
+	return limits.ThisHost()
+}
+
+// Probe runs `bwrap --unshare-all … true` to check that namespaces can be
+// created here (they cannot in some containers, or with AppArmor's
+// unprivileged-userns restriction).
+func (r *Rung) Probe(ctx context.Context) sandbox.Probe {
+	p := sandbox.Probe{Rung: r.Name(), Isolation: r.Isolation()}
+	bw, err := r.bwrapPath()
+	if err != nil {
+		p.Reason = err.Error()
+		return p
+	}
+	if _, err := r.helperPath(); err != nil {
+		p.Reason = err.Error()
+		return p
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bw, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+		"--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "true")
+	cmd.Env = []string{}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		p.Reason = fmt.Sprintf("%s cannot create namespaces here: %v: %s", bw, err, strings.TrimSpace(string(out)))
+		return p
+	}
+	p.Works = true
+	p.Reason = "bubblewrap at " + bw + " creates namespaces"
+	if v, err := exec.CommandContext(ctx, bw, "--version").Output(); err == nil {
+		p.Reason = strings.TrimSpace(string(v)) + " at " + bw + " creates namespaces"
+	}
+	if os.Geteuid() != 0 {
+		p.Reason += "; not root: image roots are copied instead of overlay-mounted"
+	}
+	return p
+}

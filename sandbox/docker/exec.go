@@ -1,0 +1,230 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"evals.si/sandbox"
+)
+
+// pollEvery is how often a running exec is inspected once its output has
+// not ended: daemons that keep the output open would otherwise hide the
+// command's end.
+const pollEvery = 20 * time.Millisecond
+
+// Exec runs argv in the container.
+func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	var res sandbox.ExecResult
+	if err := s.usable(); err != nil {
+		return res, err
+	}
+	if len(req.Argv) == 0 {
+		return res, fmt.Errorf("docker exec: empty argv")
+	}
+	wd := s.cfg.Workdir
+	if req.Workdir != "" {
+		wd = s.abs(req.Workdir)
+	}
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = s.cfg.CommandTimeout
+	}
+	if timeout <= 0 {
+		timeout = DefaultCommandTimeout
+	}
+	limit := req.OutputLimit
+	if limit <= 0 {
+		limit = sandbox.DefaultOutputLimit
+	}
+	oomBefore := s.oomKilled(ctx)
+
+	start := time.Now()
+	created, err := s.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
+		Cmd: req.Argv, Env: envList(req.Env), WorkingDir: wd, User: s.cfg.User,
+		AttachStdin: true, AttachStdout: true, AttachStderr: true,
+	})
+	if err != nil {
+		return res, fmt.Errorf("docker exec in %s: %w", short(s.id), err)
+	}
+	hj, err := s.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return res, fmt.Errorf("docker exec in %s: attaching: %w", short(s.id), err)
+	}
+	defer hj.Close()
+	go func() {
+		hj.Conn.Write(req.Stdin)
+		hj.CloseWrite()
+	}()
+	stdout, stderr := &capped{limit: limit}, &capped{limit: limit}
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, hj.Reader)
+		copied <- err
+	}()
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	ticker := time.NewTicker(pollEvery)
+	defer ticker.Stop()
+	outputDone := false
+wait:
+	for {
+		select {
+		case <-copied:
+			outputDone = true
+			break wait
+		case <-ticker.C:
+			in, err := s.cli.ContainerExecInspect(ctx, created.ID)
+			if err == nil && !in.Running {
+				break wait
+			}
+		case <-timer.C:
+			res.TimedOut = true
+			break wait
+		case <-ctx.Done():
+			s.sweep(context.WithoutCancel(ctx))
+			return res, fmt.Errorf("docker exec in %s: %w", short(s.id), ctx.Err())
+		}
+	}
+	// Kill what the command left running (and the command, on timeout).
+	if err := s.sweep(ctx); err != nil {
+		return res, err
+	}
+	if !outputDone {
+		select {
+		case <-copied:
+		case <-time.After(10 * time.Second):
+			return res, fmt.Errorf("docker exec in %s: output did not end after killing the command's processes", short(s.id))
+		}
+	}
+	res.Duration = time.Since(start)
+	res.Stdout, res.Stderr = stdout.buf.Bytes(), stderr.buf.Bytes()
+	res.Truncated = stdout.truncated || stderr.truncated
+
+	in, err := s.inspectExited(ctx, created.ID)
+	if err != nil {
+		return res, err
+	}
+	res.ExitCode = in.ExitCode
+	if res.TimedOut {
+		res.Denials = append(res.Denials, sandbox.Denial{Kind: "timeout", Detail: fmt.Sprintf("killed after %s", timeout)})
+		if res.ExitCode == 0 {
+			res.ExitCode = 137
+		}
+		return res, nil
+	}
+	// The signal may have hit a child of a shell, which then exits 128+25.
+	if s.cfg.Limits.FileSizeMB > 0 && res.ExitCode == 128+25 {
+		res.Denials = append(res.Denials, sandbox.Denial{Kind: "fsize", Detail: fmt.Sprintf("file size limit %d MiB exceeded (SIGXFSZ)", s.cfg.Limits.FileSizeMB)})
+	}
+	if res.ExitCode == 137 && s.cfg.Limits.MemoryMB > 0 {
+		// SIGKILL under a memory limit: the kernel's OOM killer, unless the
+		// command killed itself. Docker's OOMKilled flag is sticky, so only a
+		// change counts as confirmation.
+		detail := fmt.Sprintf("killed (SIGKILL) under the %d MiB memory limit", s.cfg.Limits.MemoryMB)
+		if !oomBefore && s.oomKilled(ctx) {
+			detail += "; docker reports OOMKilled"
+		}
+		res.Denials = append(res.Denials, sandbox.Denial{Kind: "oom", Detail: detail})
+	}
+	return res, nil
+}
+
+func (s *Sandbox) oomKilled(ctx context.Context) bool {
+	in, err := s.cli.ContainerInspect(ctx, s.id)
+	return err == nil && in.State != nil && in.State.OOMKilled
+}
+
+// inspectExited waits briefly for docker to record the exec's exit.
+func (s *Sandbox) inspectExited(ctx context.Context, execID string) (container.ExecInspect, error) {
+	for i := 0; ; i++ {
+		in, err := s.cli.ContainerExecInspect(ctx, execID)
+		if err != nil {
+			return in, fmt.Errorf("docker exec in %s: inspecting: %w", short(s.id), err)
+		}
+		if !in.Running || i > 500 {
+			return in, nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// sweepScript SIGKILLs every process but init, its sleep and itself, a few
+// rounds over so that forks in flight are caught.
+const sweepScript = `for r in 1 2 3; do for d in /proc/[0-9]*; do p=${d#/proc/}; case "$p" in 1|"$0"|"$$") ;; *) kill -9 "$p" 2>/dev/null ;; esac; done; done`
+
+func (s *Sandbox) sweep(ctx context.Context) error {
+	var lastErr error
+	// Under a fork bomb the pids limit can refuse the sweep's own exec for
+	// a while; the bomb's shells give up on failed forks, so retry.
+	for attempt := 0; attempt < 50; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		out, code, err := s.run(ctx, []string{"/bin/sh", "-c", sweepScript, strconv.Itoa(s.keep)})
+		if err == nil && code == 0 {
+			return nil
+		}
+		lastErr = fmt.Errorf("exit %d: %v %s", code, err, out)
+	}
+	return fmt.Errorf("docker exec in %s: killing leftover processes: %w", short(s.id), lastErr)
+}
+
+// run executes a helper command as root and returns its combined output
+// and exit code.
+func (s *Sandbox) run(ctx context.Context, argv []string) (string, int, error) {
+	created, err := s.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
+		Cmd: argv, User: "0", WorkingDir: "/", AttachStdout: true, AttachStderr: true,
+	})
+	if err != nil {
+		return "", -1, err
+	}
+	hj, err := s.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return "", -1, err
+	}
+	defer hj.Close()
+	var out bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &out, hj.Reader); err != nil {
+		return out.String(), -1, err
+	}
+	in, err := s.inspectExited(ctx, created.ID)
+	if err != nil {
+		return out.String(), -1, err
+	}
+	return out.String(), in.ExitCode, nil
+}
+
+// capped keeps the first limit bytes written to it.
+type capped struct {
+	mu        sync.Mutex
+	limit     int
+	buf       bytes.Buffer
+	truncated bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	room := c.limit - c.buf.Len()
+	if room < len(p) {
+		c.truncated = true
+		if room > 0 {
+			c.buf.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	c.buf.Write(p)
+	return len(p), nil
+}

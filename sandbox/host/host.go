@@ -1,0 +1,454 @@
+// Package host is the host rung: commands run directly on this machine, in
+// a temporary workdir, with NO isolation. It exists for trusted tasks on
+// machines where no sandbox works, and is used only when a spec sets
+// allow_unsafe_host (sandbox.Select enforces that). It still clears the
+// environment, applies rlimits and, where available, a per-command cgroup,
+// and kills the command's process group (and cgroup) when it ends.
+package host
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"evals.si/sandbox"
+	"evals.si/sandbox/limits"
+	"evals.si/sandbox/overlay"
+	"evals.si/sandbox/reexec"
+)
+
+const helperLaunch = "evalsi-host-launch"
+
+func init() { reexec.Register(helperLaunch, launchMain) }
+
+// Rung runs commands on the host.
+type Rung struct {
+	// Host is where cgroups are looked for (default limits.ThisHost()).
+	Host *limits.Host
+}
+
+// New returns the host rung.
+func New() *Rung { return &Rung{} }
+
+func (r *Rung) Name() string             { return sandbox.RungHost }
+func (r *Rung) Isolation() sandbox.Level { return sandbox.LevelNone }
+
+// Probe always works: the host is always there.
+func (r *Rung) Probe(ctx context.Context) sandbox.Probe {
+	p := sandbox.Probe{Rung: r.Name(), Isolation: r.Isolation(), Works: true,
+		Reason: "runs commands directly on this host with no isolation (only with allow_unsafe_host: true)"}
+	if _, err := reexec.Self(); err != nil {
+		p.Works, p.Reason = false, err.Error()
+	}
+	return p
+}
+
+// Sandbox is a host "sandbox": a workdir and process-group bookkeeping.
+type Sandbox struct {
+	cfg      sandbox.Config
+	helper   string
+	id       string
+	state    string
+	ownState bool
+	workdir  string
+	cgroups  *limits.Cgroups
+	rlimits  limits.Plan
+	report   sandbox.Report
+	seq      atomic.Int64
+
+	mu        sync.Mutex
+	closed    bool
+	snapped   bool
+	running   sync.WaitGroup
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ sandbox.Snapshotter = (*Sandbox)(nil)
+
+// Create makes a workdir on the host. The configured workdir path is not
+// used: the workdir is StateDir/work (relative paths work the same; the
+// report says where it is). Config.Root is refused; Layers[0] (a snapshot
+// of an earlier host sandbox's workdir) is copied into the workdir.
+func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbox, err error) {
+	if cfg.Root != "" || cfg.Image != "" {
+		return nil, fmt.Errorf("creating a host sandbox: the host rung cannot use an image (root %q, image %q); use bwrap, landlock or docker", cfg.Root, cfg.Image)
+	}
+	if cfg.Policy.Network == sandbox.NetworkAllowlist {
+		return nil, errors.New("creating a host sandbox: network allowlist cannot be enforced on the host rung")
+	}
+	helper, err := reexec.Self()
+	if err != nil {
+		return nil, err
+	}
+	slog.Warn("CREATING AN UNSANDBOXED HOST ENVIRONMENT: agent commands will run directly on this machine as this user, with full access to its files, processes and network",
+		"rung", sandbox.RungHost, "user_uid", os.Geteuid())
+	b := make([]byte, 6)
+	rand.Read(b)
+	s := &Sandbox{cfg: cfg, helper: helper, id: hex.EncodeToString(b), done: make(chan struct{})}
+	if cfg.StateDir == "" {
+		if s.state, err = os.MkdirTemp("", "evalsi-host-"); err != nil {
+			return nil, fmt.Errorf("creating a host sandbox: %w", err)
+		}
+		s.ownState = true
+	} else {
+		s.state = cfg.StateDir
+		if err := os.MkdirAll(s.state, 0o700); err != nil {
+			return nil, fmt.Errorf("creating a host sandbox: %w", err)
+		}
+	}
+	defer func() {
+		if err != nil {
+			s.cleanup()
+		}
+	}()
+	s.workdir = filepath.Join(s.state, "work")
+	if err := os.Mkdir(s.workdir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating a host sandbox workdir: %w", err)
+	}
+	if len(cfg.Layers) > 0 {
+		if cfg.Layers[0].Dir == "" {
+			return nil, errors.New("creating a host sandbox: layers must be directories")
+		}
+		if err := overlay.CopyLayer(cfg.Layers[0].Dir, s.workdir); err != nil {
+			return nil, fmt.Errorf("creating a host sandbox: restoring layer %s: %w", cfg.Layers[0].Dir, err)
+		}
+	}
+	h := limits.ThisHost()
+	if r.Host != nil {
+		h = *r.Host
+	}
+	var note string
+	if s.cgroups, note, err = limits.Detect(cfg.Limits.Cgroup, h); err != nil {
+		return nil, fmt.Errorf("creating a host sandbox: %w", err)
+	}
+	s.rlimits = limits.PlanRlimits(cfg.Limits, !s.cgroups.HasMemory())
+	s.report = sandbox.Report{Rung: sandbox.RungHost, Isolation: sandbox.LevelNone, Network: "host (not restricted)",
+		Limits: s.cgroups.Plan(cfg.Limits),
+		Notes: []string{
+			"NO ISOLATION: commands run on the host as uid " + strconv.Itoa(os.Geteuid()) + " and can read, write, signal and connect to anything that user can",
+			"workdir is the host directory " + s.workdir + " (the configured workdir " + cfg.Workdir + " is not used)",
+			note,
+		}}
+	for _, rl := range s.rlimits.Outer {
+		s.report.Limits = append(s.report.Limits, rl.Describe())
+	}
+	if os.Geteuid() != 0 {
+		s.report.Limits = append(s.report.Limits, limits.Rlimit{Name: "nproc", Value: s.rlimits.NProc}.Describe()+" (counts all of this user's processes)")
+	}
+	return s, nil
+}
+
+func (s *Sandbox) begin() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.snapped {
+		return errors.New("host sandbox is closed or snapshotted")
+	}
+	s.running.Add(1)
+	return nil
+}
+
+func (s *Sandbox) path(p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(s.workdir, p)
+}
+
+// Exec runs argv on the host in its own process group.
+func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	if len(req.Argv) == 0 {
+		return sandbox.ExecResult{}, errors.New("exec: empty argv")
+	}
+	if err := s.begin(); err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer s.running.Done()
+	env, err := sandbox.CommandEnv(s.cfg.Env, req.Env)
+	if err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
+	}
+	dir := s.workdir
+	if req.Workdir != "" {
+		dir = s.path(req.Workdir)
+	}
+	var cg *limits.Cgroup
+	if s.cgroups != nil {
+		if cg, err = s.cgroups.New(fmt.Sprintf("evalsi-host-%s-%d", s.id, s.seq.Add(1)), s.cfg.Limits); err != nil {
+			return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
+		}
+		defer cg.Remove()
+	}
+	var args []string
+	if cg != nil {
+		for _, f := range cg.ProcsFiles() {
+			args = append(args, "--cgroup", f)
+		}
+	}
+	for _, rl := range s.rlimits.Outer {
+		args = append(args, "--rlimit", rl.String())
+	}
+	if os.Geteuid() != 0 {
+		args = append(args, "--rlimit", limits.Rlimit{Name: "nproc", Value: s.rlimits.NProc}.String())
+	}
+	args = append(args, "--")
+	args = append(args, req.Argv...)
+	cmd := exec.Command(s.helper, args...)
+	cmd.Env = append([]string{reexec.Env + "=" + helperLaunch}, env...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if len(req.Stdin) > 0 {
+		cmd.Stdin = bytes.NewReader(req.Stdin)
+	}
+	// Pipes we own: a leftover process holding them open must not keep
+	// Exec waiting once the command has ended.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return sandbox.ExecResult{}, err
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	limit := sandbox.OutputLimit(req)
+	stdout, stderr := sandbox.NewCappedBuffer(limit), sandbox.NewCappedBuffer(limit)
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
+	}
+	outW.Close()
+	errW.Close()
+	var copies sync.WaitGroup
+	for _, p := range []struct {
+		r *os.File
+		w io.Writer
+	}{{outR, stdout}, {errR, stderr}} {
+		copies.Add(1)
+		go func() {
+			defer copies.Done()
+			io.Copy(p.w, p.r)
+		}()
+	}
+	waitc := make(chan error, 1)
+	go func() { waitc <- cmd.Wait() }()
+	pgid := cmd.Process.Pid
+	killAll := func() {
+		syscall.Kill(-pgid, syscall.SIGKILL)
+		if cg != nil {
+			cg.Kill()
+		}
+	}
+	timeout := sandbox.CommandTimeout(s.cfg, req)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var timedOut bool
+	var stopErr, waitErr error
+	select {
+	case waitErr = <-waitc:
+	case <-timer.C:
+		timedOut = true
+		killAll()
+		waitErr = <-waitc
+	case <-ctx.Done():
+		stopErr = fmt.Errorf("exec: %w", ctx.Err())
+		killAll()
+		waitErr = <-waitc
+	case <-s.done:
+		stopErr = errors.New("exec: host sandbox closed while the command ran")
+		killAll()
+		waitErr = <-waitc
+	}
+	killAll() // what the command left running in its group or cgroup
+	deadline := time.Now().Add(2 * time.Second)
+	outR.SetReadDeadline(deadline)
+	errR.SetReadDeadline(deadline)
+	copies.Wait()
+	outR.Close()
+	errR.Close()
+
+	res := sandbox.ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Truncated: stdout.Truncated() || stderr.Truncated(),
+		TimedOut: timedOut, Duration: time.Since(start)}
+	var ee *exec.ExitError
+	switch {
+	case waitErr == nil:
+	case errors.As(waitErr, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.ExitCode = 128 + int(ws.Signal())
+		} else {
+			res.ExitCode = ee.ExitCode()
+		}
+	default:
+		return res, fmt.Errorf("exec: %w", waitErr)
+	}
+	if timedOut {
+		res.Denials = append(res.Denials, sandbox.Denial{Kind: "timeout", Detail: fmt.Sprintf("command exceeded its %s timeout and was killed", timeout)})
+	}
+	if cg != nil {
+		if ev, err := cg.Events(); err == nil {
+			if ev.OOMKills > 0 {
+				res.Denials = append(res.Denials, sandbox.Denial{Kind: "oom", Detail: fmt.Sprintf("the OOM killer killed %d process(es) at the %d MB memory limit", ev.OOMKills, s.cfg.Limits.MemoryMB)})
+			}
+			if ev.PidsMax > 0 {
+				res.Denials = append(res.Denials, sandbox.Denial{Kind: "pids", Detail: fmt.Sprintf("the process limit refused %d fork(s)", ev.PidsMax)})
+			}
+		}
+	}
+	if res.ExitCode == 128+int(syscall.SIGXFSZ) {
+		res.Denials = append(res.Denials, sandbox.Denial{Kind: "fsize", Detail: "a file reached the file size limit (SIGXFSZ)"})
+	}
+	return res, stopErr
+}
+
+// ReadFile reads a host file (relative paths are in the workdir).
+func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(s.path(p))
+}
+
+// WriteFile writes a host file, creating parent directories.
+func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	full := s.path(p)
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(full, data, mode.Perm()); err != nil {
+		return err
+	}
+	return os.Chmod(full, mode.Perm())
+}
+
+func (s *Sandbox) usable() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.snapped {
+		return errors.New("host sandbox is closed or snapshotted")
+	}
+	return nil
+}
+
+// Report describes the (absent) isolation.
+func (s *Sandbox) Report() sandbox.Report {
+	r := s.report
+	r.Limits = append([]string(nil), r.Limits...)
+	r.Notes = append([]string(nil), r.Notes...)
+	return r
+}
+
+// Snapshot moves the workdir out as a layer (a rename). Restoring copies it,
+// so unlike bwrap's overlay the cost grows with its size.
+func (s *Sandbox) Snapshot(ctx context.Context) (sandbox.Layer, error) {
+	s.mu.Lock()
+	if s.closed || s.snapped {
+		s.mu.Unlock()
+		return sandbox.Layer{}, errors.New("snapshot: host sandbox is closed or already snapshotted")
+	}
+	s.snapped = true
+	s.mu.Unlock()
+	s.running.Wait()
+	b := make([]byte, 6)
+	rand.Read(b)
+	dest := filepath.Join(filepath.Dir(s.state), filepath.Base(s.state)+".layer-"+hex.EncodeToString(b))
+	if err := os.Rename(s.workdir, dest); err != nil {
+		return sandbox.Layer{}, fmt.Errorf("snapshot: %w", err)
+	}
+	return sandbox.Layer{Dir: dest}, nil
+}
+
+// Close kills running commands and removes the workdir; it is idempotent.
+func (s *Sandbox) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		close(s.done)
+		s.mu.Unlock()
+		s.running.Wait()
+		s.closeErr = s.cleanup()
+	})
+	return s.closeErr
+}
+
+func (s *Sandbox) cleanup() error {
+	if s.ownState {
+		return os.RemoveAll(s.state)
+	}
+	if s.workdir != "" {
+		return os.RemoveAll(s.workdir)
+	}
+	return nil
+}
+
+// launchMain: [--cgroup F]... [--rlimit R]... -- ARGV...; joins the cgroups,
+// sets the rlimits and execs the command with the environment it was given
+// (already cleared by Exec), looking it up on that environment's PATH.
+func launchMain(args []string) int {
+	var procs []string
+	var rls []limits.Rlimit
+	for len(args) >= 2 && args[0] != "--" {
+		switch args[0] {
+		case "--cgroup":
+			procs = append(procs, args[1])
+		case "--rlimit":
+			rl, err := limits.ParseRlimit(args[1])
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "evalsi host launcher:", err)
+				return 125
+			}
+			rls = append(rls, rl)
+		}
+		args = args[2:]
+	}
+	if len(args) < 2 || args[0] != "--" {
+		fmt.Fprintln(os.Stderr, "evalsi host launcher: no command")
+		return 125
+	}
+	argv := args[1:]
+	for _, f := range procs {
+		if err := os.WriteFile(f, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			fmt.Fprintln(os.Stderr, "evalsi host launcher: joining cgroup:", err)
+			return 125
+		}
+	}
+	for _, rl := range rls {
+		if err := rl.Apply(); err != nil {
+			fmt.Fprintln(os.Stderr, "evalsi host launcher:", err)
+			return 125
+		}
+	}
+	bin, err := exec.LookPath(argv[0])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: command not found\n", argv[0])
+		return 127
+	}
+	err = syscall.Exec(bin, argv, os.Environ())
+	fmt.Fprintf(os.Stderr, "%s: %v\n", strings.Join(argv, " "), err)
+	return 126
+}

@@ -1,0 +1,41 @@
+package landlock
+
+import (
+	"testing"
+
+	"evals.si/sandbox"
+	"evals.si/sandbox/limits"
+	"evals.si/sandbox/sandboxtest"
+)
+
+func suiteOptions() sandboxtest.Options {
+	o := sandboxtest.Options{
+		Gaps: map[string]string{},
+		Uncontained: map[string]string{
+			sandboxtest.RowSeeHostProcess: "no PID namespace: host processes are listed in /proc (their environ and memory stay unreadable: Landlock scopes ptrace access)",
+		},
+		NotRun: map[string]string{},
+	}
+	// Without a cgroup nothing caps the number of processes.
+	if cgs, note, err := limits.Detect("auto", limits.ThisHost()); err != nil || cgs == nil {
+		o.NotRun[sandboxtest.RowForkBomb] = "no usable cgroup on this host, so no process cap (" + note + ")"
+	}
+	return o
+}
+
+func newRung(t *testing.T) sandbox.Rung {
+	requireLandlock(t)
+	return New()
+}
+
+func TestConformance(t *testing.T) { sandboxtest.Conformance(t, newRung, suiteOptions()) }
+
+// TestConformanceWithoutCgroup runs the suite on the rlimit-only path that
+// hosts without a usable cgroup take.
+func TestConformanceWithoutCgroup(t *testing.T) {
+	o := suiteOptions()
+	o.Config = func(c *sandbox.Config) { c.Limits.Cgroup = "off" }
+	sandboxtest.Conformance(t, newRung, o)
+}
+
+func TestEscapes(t *testing.T) { sandboxtest.Escapes(t, newRung, suiteOptions()) }

@@ -1,0 +1,190 @@
+// Package overlay assembles a sandbox's writable root from read-only layer
+// directories: an overlayfs mount with a fresh upper directory when the
+// engine may mount (root), otherwise a private copy. Snapshotting moves the
+// upper directory out as a new layer, so restoring costs the same whatever
+// the size of the layers below it.
+package overlay
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Modes of a Root.
+const (
+	ModeOverlay = "overlay"
+	ModeCopy    = "copy"
+)
+
+// Root is one sandbox's root filesystem.
+type Root struct {
+	// Merged is the directory to use as the sandbox's root.
+	Merged string
+	mode   string
+	note   string
+	upper  string
+	state  string
+
+	mu      sync.Mutex
+	mounted bool
+}
+
+// Mount builds a root from lowers (topmost first) in stateDir, which must
+// exist and be empty of the names upper, work, merged and root. It mounts
+// overlayfs when running as root and falls back to copying the layers
+// (noting why) otherwise or when the mount fails.
+func Mount(lowers []string, stateDir string) (*Root, error) {
+	if len(lowers) == 0 {
+		return nil, errors.New("building a sandbox root: no layers")
+	}
+	for _, l := range lowers {
+		if st, err := os.Stat(l); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("building a sandbox root: layer %s is not a directory: %v", l, err)
+		}
+	}
+	for _, n := range []string{"upper", "work", "merged", "root"} {
+		if _, err := os.Lstat(filepath.Join(stateDir, n)); err == nil {
+			return nil, fmt.Errorf("building a sandbox root: state dir %s already holds a root (%s exists); give each sandbox a fresh state dir", stateDir, n)
+		}
+	}
+	r := &Root{state: stateDir}
+	var why string
+	if os.Geteuid() == 0 {
+		err := r.mountOverlay(lowers)
+		if err == nil {
+			return r, nil
+		}
+		why = err.Error()
+	} else {
+		why = "overlayfs needs root (the engine runs as uid " + fmt.Sprint(os.Geteuid()) + ")"
+	}
+	if err := r.copyLayers(lowers); err != nil {
+		return nil, fmt.Errorf("building a sandbox root by copy (overlay unavailable: %s): %w", why, err)
+	}
+	r.note = "root is a private copy of its layers (restore cost grows with image size): " + why
+	return r, nil
+}
+
+func (r *Root) mountOverlay(lowers []string) error {
+	r.upper = filepath.Join(r.state, "upper")
+	work := filepath.Join(r.state, "work")
+	merged := filepath.Join(r.state, "merged")
+	for _, d := range []string{r.upper, work, merged} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return fmt.Errorf("preparing overlay: %w", err)
+		}
+	}
+	abs := make([]string, len(lowers))
+	for i, l := range lowers {
+		a, err := filepath.Abs(l)
+		if err != nil {
+			return err
+		}
+		if strings.ContainsAny(a, ":,\\") {
+			return fmt.Errorf("layer path %q contains ':', ',' or '\\', which overlayfs options cannot carry", a)
+		}
+		abs[i] = a
+	}
+	// index, redirect_dir and metacopy off: the upper directory must be a
+	// self-contained layer once moved out and stacked over other lowers.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,redirect_dir=off,metacopy=off",
+		strings.Join(abs, ":"), r.upper, work)
+	if len(opts) >= os.Getpagesize() {
+		return fmt.Errorf("overlay options are %d bytes, over the kernel's page-size limit (too many or too long layer paths)", len(opts))
+	}
+	if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+		os.Remove(r.upper)
+		os.Remove(work)
+		os.Remove(merged)
+		return fmt.Errorf("mounting overlayfs: %w", err)
+	}
+	r.Merged, r.mode, r.mounted = merged, ModeOverlay, true
+	return nil
+}
+
+func (r *Root) copyLayers(lowers []string) error {
+	root := filepath.Join(r.state, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return err
+	}
+	for i := len(lowers) - 1; i >= 0; i-- {
+		if err := CopyLayer(lowers[i], root); err != nil {
+			return err
+		}
+	}
+	r.Merged, r.upper, r.mode = root, root, ModeCopy
+	return nil
+}
+
+// Mode is ModeOverlay or ModeCopy.
+func (r *Root) Mode() string { return r.mode }
+
+// Note says why the root is a copy ("" for overlay).
+func (r *Root) Note() string { return r.note }
+
+// Unmount unmounts the overlay; it is idempotent and a no-op for copies.
+func (r *Root) Unmount() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.mounted {
+		return nil
+	}
+	if err := unix.Unmount(r.Merged, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		// Busy: detach lazily so Close never leaves a mount behind.
+		if err2 := unix.Unmount(r.Merged, unix.MNT_DETACH); err2 != nil {
+			return fmt.Errorf("unmounting overlay %s: %w", r.Merged, err)
+		}
+	}
+	r.mounted = false
+	return nil
+}
+
+// Snapshot unmounts the root and moves its changes (the upper directory, or
+// the whole copy) to dest, which must not exist and must be on the same
+// filesystem as the state directory: a rename, constant-time whatever the
+// size of the layers below. The root is unusable afterwards.
+func (r *Root) Snapshot(dest string) error {
+	if err := r.Unmount(); err != nil {
+		return err
+	}
+	if err := os.Rename(r.upper, dest); err != nil {
+		return fmt.Errorf("moving the sandbox's changes to layer %s: %w", dest, err)
+	}
+	r.upper = ""
+	return nil
+}
+
+// Remove unmounts the root and deletes its state directory contents.
+func (r *Root) Remove() error {
+	if err := r.Unmount(); err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range []string{"upper", "work", "merged", "root"} {
+		if err := removeAll(filepath.Join(r.state, n)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeAll removes a tree, making read-only directories writable first
+// (a sandbox may have chmod'ed its files).
+func removeAll(p string) error {
+	if err := os.RemoveAll(p); err == nil {
+		return nil
+	}
+	filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(path, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(p)
+}
