@@ -219,6 +219,7 @@ func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
 			Messages: msgs,
 			Tools:    tools,
 			RecordID: t.RecordID,
+			Trial:    t.Trial,
 		})
 		if err != nil {
 			if res, done, ierr := r.interrupted(ctx, loop); done {

@@ -1,0 +1,113 @@
+// Command evalsid holds the daemon roles: the scripted model server, the
+// sandbox probe, and (in later work) serve, worker and sandboxd.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+
+	"evals.si/embedded"
+	"evals.si/modelserver"
+	"evals.si/sandbox"
+	"evals.si/sandbox/reexec"
+)
+
+const usage = `evalsid runs Evals.si's daemon roles.
+
+Usage:
+  evalsid model-server --script SCRIPT.yaml [--listen 127.0.0.1:0]
+  evalsid sandbox probe [--json]
+`
+
+func main() {
+	reexec.Init()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch {
+	case args[0] == "model-server":
+		err = modelServer(ctx, args[1:], stdout, stderr, logger)
+	case args[0] == "sandbox" && len(args) > 1 && args[1] == "probe":
+		err = probe(ctx, args[2:], stdout, stderr, logger)
+	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "evalsid: unknown command %q\n%s", args[0], usage)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "evalsid:", err)
+		if _, ok := err.(usageErr); ok {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+type usageErr struct{ error }
+
+func modelServer(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) error {
+	fs := flag.NewFlagSet("evalsid model-server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	script := fs.String("script", "", "script YAML (default, records, rules)")
+	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
+	if err := fs.Parse(args); err != nil {
+		return usageErr{err}
+	}
+	if *script == "" {
+		return usageErr{fmt.Errorf("model-server needs --script FILE")}
+	}
+	sc, err := modelserver.LoadScript(*script)
+	if err != nil {
+		return usageErr{err}
+	}
+	srv := modelserver.New(sc, logger)
+	addr, err := srv.Listen(ctx, *listen)
+	if err != nil {
+		return err
+	}
+	// The address goes to stdout so scripts can read the port of :0.
+	fmt.Fprintf(stdout, "listening on http://%s\n", addr)
+	<-ctx.Done()
+	return nil
+}
+
+func probe(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) error {
+	fs := flag.NewFlagSet("evalsid sandbox probe", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, `print [{"rung","works","isolation","reason"}]`)
+	if err := fs.Parse(args); err != nil {
+		return usageErr{err}
+	}
+	probes := sandbox.ProbeAll(ctx, embedded.Rungs(logger))
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(probes)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUNG\tWORKS\tISOLATION\tREASON")
+	for _, p := range probes {
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\n", p.Rung, p.Works, p.Isolation, p.Reason)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,183 @@
+// Package embedded hosts the engine in one process: a SQLite store in the
+// user's data directory, the sandbox rungs of this host, and the wiring from
+// a loaded spec to a runnable plan.
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"evals.si/dataset"
+	"evals.si/engine"
+	"evals.si/environment"
+	"evals.si/image"
+	"evals.si/report"
+	"evals.si/sandbox"
+	"evals.si/sandbox/bwrap"
+	"evals.si/sandbox/docker"
+	"evals.si/sandbox/host"
+	"evals.si/sandbox/landlock"
+	"evals.si/sandbox/vmprobe"
+	"evals.si/spec"
+	"evals.si/store"
+)
+
+// Options configure an embedded App.
+type Options struct {
+	// StorePath is the SQLite database (default: the user's data directory).
+	StorePath string
+	// StateDir holds images, sandboxes and proxy sockets (default: beside
+	// the store).
+	StateDir string
+	Logger   *slog.Logger
+	// Getenv reads API keys (default os.Getenv).
+	Getenv func(string) string
+}
+
+// App is an open embedded instance.
+type App struct {
+	store    *store.Store
+	images   *image.Store
+	envs     *environment.Manager
+	datasets *dataset.Registry
+	logger   *slog.Logger
+	stateDir string
+	getenv   func(string) string
+}
+
+// Rungs are the sandbox rungs this binary knows, in no particular order;
+// the ladder decides which is used.
+func Rungs(logger *slog.Logger) []sandbox.Rung {
+	return []sandbox.Rung{
+		vmprobe.Firecracker(),
+		vmprobe.SmolVM(),
+		bwrap.New(bwrap.Options{}),
+		landlock.New(),
+		docker.New(),
+		host.New(),
+	}
+}
+
+// Open opens the store and the caches.
+func Open(ctx context.Context, o Options) (*App, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	path := o.StorePath
+	if path == "" {
+		p, err := store.DefaultPath()
+		if err != nil {
+			return nil, fmt.Errorf("finding the data directory for the store (use --store PATH): %w", err)
+		}
+		path = p
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("creating store directory: %w", err)
+	}
+	st, err := store.Open(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("opening store %s: %w", path, err)
+	}
+	stateDir := o.StateDir
+	if stateDir == "" {
+		stateDir = filepath.Join(filepath.Dir(path), "state")
+	}
+	imgs, err := image.Open(filepath.Join(stateDir, "images"), o.Logger)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("opening image cache: %w", err)
+	}
+	sbDir := filepath.Join(stateDir, "sandboxes")
+	if err := os.MkdirAll(sbDir, 0o700); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("creating sandbox state dir: %w", err)
+	}
+	return &App{
+		store:    st,
+		images:   imgs,
+		envs:     environment.NewManager(imgs, Rungs(o.Logger), sbDir, o.Logger),
+		datasets: dataset.NewRegistry(),
+		logger:   o.Logger,
+		stateDir: stateDir,
+		getenv:   o.Getenv,
+	}, nil
+}
+
+// Store is the app's store.
+func (a *App) Store() *store.Store { return a.store }
+
+// Datasets is the URI scheme registry, for registering importers.
+func (a *App) Datasets() *dataset.Registry { return a.datasets }
+
+// Close releases the store.
+func (a *App) Close() error { return a.store.Close() }
+
+// RunOptions tune one run.
+type RunOptions struct {
+	OnProgress func(engine.Progress)
+}
+
+// SpecError is a problem with the spec found while building the plan (an
+// unknown parser, a missing key): a usage error, exit 2.
+type SpecError struct{ Err error }
+
+func (e SpecError) Error() string { return e.Err.Error() }
+func (e SpecError) Unwrap() error { return e.Err }
+
+// Run runs a validated spec to completion (or interruption).
+func (a *App) Run(ctx context.Context, f *spec.File, o RunOptions) (*engine.Summary, error) {
+	plan, err := a.plan(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	e := &engine.Engine{Recorder: &recorder{store: a.store}, Logger: a.logger, OnProgress: o.OnProgress}
+	return e.Run(ctx, plan)
+}
+
+// RunDetail loads a run with its trials and scores.
+func (a *App) RunDetail(ctx context.Context, id string) (report.RunDetail, error) {
+	run, err := a.store.GetRun(ctx, id)
+	if err != nil {
+		return report.RunDetail{}, err
+	}
+	trials, err := a.store.ListTrials(ctx, run.ID)
+	if err != nil {
+		return report.RunDetail{}, err
+	}
+	scores, err := a.store.Scores(ctx, run.ID)
+	if err != nil {
+		return report.RunDetail{}, err
+	}
+	return report.RunDetail{Run: run, Trials: trials, Scores: scores}, nil
+}
+
+// WriteJUnit writes the run's JUnit XML report to path.
+func (a *App) WriteJUnit(ctx context.Context, runID, path string) error {
+	d, err := a.RunDetail(ctx, runID)
+	if err != nil {
+		return err
+	}
+	var pass string
+	if s, err := d.Run.DecodeSpec(); err == nil {
+		for _, e := range s.Evaluators {
+			if e.Name == "task-success" {
+				pass = "task-success"
+			}
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := report.WriteJUnit(f, d, pass); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

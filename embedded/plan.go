@@ -1,0 +1,158 @@
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"evals.si/agent/builtin"
+	"evals.si/checker"
+	"evals.si/engine"
+	"evals.si/evaluate"
+	"evals.si/model"
+	"evals.si/spec"
+)
+
+// plan turns a validated spec into an engine plan: records, connectors,
+// evaluators and the trial runner.
+func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
+	s := f.Spec
+	records, err := a.datasets.Load(ctx, f)
+	if err != nil {
+		return nil, SpecError{fmt.Errorf("loading dataset: %w", err)}
+	}
+	if len(records) == 0 {
+		return nil, SpecError{f.Errorf("dataset", "the dataset has no records")}
+	}
+	mopts := model.Options{Getenv: a.getenv, Logger: a.logger, BaseDir: f.Dir}
+
+	evalCfgs := s.Evaluators
+	if len(evalCfgs) == 0 {
+		evalCfgs = defaultEvaluators(s)
+	}
+	var judge model.Connector
+	if s.Judge != nil {
+		judge, err = model.New(*s.Judge, mopts)
+		if err != nil {
+			return nil, SpecError{f.Errorf("judge", "judge: %v", err)}
+		}
+	}
+	evals := make([]evaluate.Evaluator, 0, len(evalCfgs))
+	for i, c := range evalCfgs {
+		ev, err := evaluate.New(c, judge)
+		if err != nil {
+			return nil, SpecError{f.Errorf(fmt.Sprintf("evaluators[%d]", i), "%v", err)}
+		}
+		evals = append(evals, ev)
+	}
+	p := &engine.Plan{
+		Name:       s.Name,
+		SpecPath:   f.Path,
+		Spec:       s,
+		Records:    records,
+		Evaluators: evalCfgs,
+		Pass:       passScore(evalCfgs),
+	}
+	if p.Name == "" {
+		p.Name = strings.TrimSuffix(filepath.Base(f.Path), filepath.Ext(f.Path))
+	}
+	pricing := model.DefaultPricing()
+	if !s.IsAgentRun() {
+		target, err := model.New(s.Target.ModelRef, mopts)
+		if err != nil {
+			return nil, SpecError{f.Errorf("target", "target: %v", err)}
+		}
+		p.Runner = &engine.PlainRunner{Target: target, Model: s.Target.Model, Pricing: pricing, Evaluators: evals}
+		return p, nil
+	}
+
+	if s.Target.Agent != nil {
+		return nil, SpecError{f.Errorf("target.agent", "target.agent is not supported by this build yet; use the built-in agent (target: {connector, model} with harness: {builtin: {}})")}
+	}
+	if s.Harness != nil && s.Harness.External != nil {
+		return nil, SpecError{f.Errorf("harness.external", "harness.external is not supported by this build yet")}
+	}
+	cfg := spec.Builtin{}
+	if s.Harness != nil && s.Harness.Builtin != nil {
+		cfg = *s.Harness.Builtin
+	}
+	if err := unsupportedBuiltin(f, cfg); err != nil {
+		return nil, err
+	}
+	pricing = pricing.Merge(cfg.Pricing)
+	conn, err := model.New(s.Target.ModelRef, mopts)
+	if err != nil {
+		return nil, SpecError{f.Errorf("target", "target: %v", err)}
+	}
+	checkers := checker.NewRegistry()
+	if env := s.Environment; env != nil && env.Checker != nil {
+		if err := checkParser(checkers, env.Checker.Parser); err != nil {
+			return nil, SpecError{f.Errorf("environment.checker.parser", "%v", err)}
+		}
+	}
+	p.Runner = &engine.AgentRunner{
+		Spec:       s,
+		Envs:       a.envs,
+		Agent:      builtin.New(conn, s.Target.Model, cfg, pricing, a.logger),
+		Checkers:   checkers,
+		Evaluators: evals,
+		Logger:     a.logger,
+		ProxyDir:   filepath.Join(a.stateDir, "proxy"),
+	}
+	return p, nil
+}
+
+// unsupportedBuiltin refuses harness options whose behaviour this build
+// does not have yet, rather than silently ignoring them.
+func unsupportedBuiltin(f *spec.File, cfg spec.Builtin) error {
+	field := ""
+	switch {
+	case cfg.Tools != nil && (len(cfg.Tools.MCP) > 0 || len(cfg.Tools.Mocks) > 0 || len(cfg.Tools.Faults) > 0):
+		field = "harness.builtin.tools"
+	case cfg.UserSimulator != nil:
+		field = "harness.builtin.user_simulator"
+	case cfg.Recording != nil:
+		field = "harness.builtin.recording"
+	case cfg.ToolCallMode != "" && cfg.ToolCallMode != "native" && cfg.ToolCallMode != "auto":
+		field = "harness.builtin.tool_call_mode"
+	}
+	if field == "" {
+		return nil
+	}
+	return SpecError{f.Errorf(field, "%s is not supported by this build yet", field)}
+}
+
+func checkParser(reg *checker.Registry, p string) error {
+	if p == "" || p == "exit-code" || p == "json" || strings.HasPrefix(p, "junit:") {
+		return nil
+	}
+	if !reg.Has(p) {
+		return fmt.Errorf("checker parser %q is not registered (registered: %s)", p, strings.Join(reg.Names(), ", "))
+	}
+	return nil
+}
+
+// defaultEvaluators: an agent run is graded by its checker, policy and
+// efficiency; a plain run by exact match.
+func defaultEvaluators(s *spec.Spec) []spec.Evaluator {
+	if s.IsAgentRun() {
+		return []spec.Evaluator{{Name: "task-success"}, {Name: "policy-violations"}, {Name: "agent-efficiency"}}
+	}
+	return []spec.Evaluator{{Name: "exact-match"}}
+}
+
+// passScore is the score that counts as passing in live progress.
+func passScore(evs []spec.Evaluator) string {
+	for _, e := range evs {
+		if e.Name == "task-success" {
+			return "task-success"
+		}
+	}
+	if len(evs) > 0 {
+		if names := evaluate.ScoreNames(evs[0].Name); len(names) > 0 {
+			return names[0]
+		}
+	}
+	return ""
+}

@@ -1,0 +1,384 @@
+// Package engine runs a run spec: it plans records × trials, runs them with
+// a concurrency limit and a per-trial timeout, retries infrastructure errors,
+// records everything as it happens and aggregates the scores.
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"evals.si/evaluate"
+	"evals.si/spec"
+	"evals.si/trajectory"
+)
+
+// Run statuses.
+const (
+	StatusRunning     = "running"
+	StatusCompleted   = "completed"
+	StatusInterrupted = "interrupted"
+	StatusFailed      = "failed"
+)
+
+// Trial statuses: a completed trial was scored; an errored one hit an
+// infrastructure error that persisted through its retries.
+const (
+	TrialCompleted = "completed"
+	TrialErrored   = "errored"
+)
+
+// Recorder is where the engine writes what happens, as it happens.
+type Recorder interface {
+	StartRun(ctx context.Context, r RunStart) (runID string, err error)
+	FinishRun(ctx context.Context, runID, status string, summary *Summary, errMsg string) error
+	StartTrial(ctx context.Context, runID string, rec spec.Record, trial, attempt int) (trialID string, err error)
+	AppendEvent(ctx context.Context, trialID string, e trajectory.Event) error
+	FinishTrial(ctx context.Context, trialID string, o *Outcome) error
+}
+
+// RunStart describes a new run.
+type RunStart struct {
+	Name     string
+	SpecPath string
+	Spec     json.RawMessage
+	Records  int
+	Trials   int
+}
+
+// Outcome is a finished trial.
+type Outcome struct {
+	RunID    string
+	RecordID string
+	Trial    int
+	Attempt  int
+	Status   string
+	// ErrorKind classifies an errored trial: image, setup, sandbox, checker,
+	// model, agent, timeout.
+	ErrorKind string
+	Error     string
+	Output    string
+	Diff      string
+	Verdict   *trajectory.Checker
+	// Evaluations holds one result per configured evaluator, in spec order.
+	Evaluations []evaluate.EvaluatorResult
+	Usage       trajectory.Usage
+	CostUSD     float64
+	Isolation   json.RawMessage
+	Started     time.Time
+	Finished    time.Time
+}
+
+// TrialRunner runs one attempt of one trial. An error return is an
+// infrastructure error (retried, then reported); a completed trial returns
+// its outcome with scores.
+type TrialRunner interface {
+	RunTrial(ctx context.Context, t *TrialContext) (*Outcome, error)
+}
+
+// TrialContext is what a trial runner gets.
+type TrialContext struct {
+	RunID   string
+	TrialID string
+	Record  spec.Record
+	Trial   int
+	Attempt int
+	Emit    trajectory.Sink
+	// Events returns the events emitted so far in this attempt.
+	Events func() []trajectory.Event
+}
+
+// ErrorKinder lets infrastructure errors say which phase failed.
+type ErrorKinder interface{ ErrorKind() string }
+
+// Progress is a snapshot for live displays.
+type Progress struct {
+	Total, Done, Errored, Passing int
+	CostUSD                       float64
+	Elapsed                       time.Duration
+	// Last is the trial that just finished.
+	Last *Outcome
+}
+
+// Engine runs specs.
+type Engine struct {
+	Recorder Recorder
+	Logger   *slog.Logger
+	// OnProgress, when set, is called after every trial (serialised).
+	OnProgress func(Progress)
+}
+
+// Plan is a run ready to execute.
+type Plan struct {
+	Name     string
+	SpecPath string
+	Spec     *spec.Spec
+	Records  []spec.Record
+	Runner   TrialRunner
+	// Evaluators are the evaluator configs in effect (the spec's, or the
+	// defaults), in the order of each outcome's Evaluations.
+	Evaluators []spec.Evaluator
+	// Pass names the score that counts as passing in live progress.
+	Pass string
+}
+
+// Summary is a finished run's report.
+type Summary struct {
+	RunID   string             `json:"run_id"`
+	Name    string             `json:"name"`
+	Status  string             `json:"status"`
+	Records int                `json:"records"`
+	Trials  int                `json:"trials"`
+	Errored int                `json:"errored"`
+	Scores  map[string]float64 `json:"scores"`
+	// Aggregate holds per-evaluator means, errored counts and pass@k.
+	Aggregate evaluate.Summary `json:"aggregate"`
+	CostUSD   float64          `json:"cost_usd"`
+	Tokens    int              `json:"tokens"`
+	Elapsed   float64          `json:"elapsed_seconds"`
+	// ErrorsByKind counts errored trials per error kind.
+	ErrorsByKind map[string]int `json:"errors_by_kind,omitempty"`
+}
+
+type job struct {
+	record spec.Record
+	trial  int
+}
+
+// Run executes the plan. It returns the summary even when ctx is canceled
+// (status interrupted); an error means the run could not be recorded.
+func (e *Engine) Run(ctx context.Context, p *Plan) (*Summary, error) {
+	s := p.Spec
+	trials := max(s.Trials, 1)
+	conc := s.Concurrency
+	if conc <= 0 {
+		conc = 2 * runtime.NumCPU()
+	}
+	retries := 2
+	if s.Retries != nil {
+		retries = *s.Retries
+	}
+	timeout := s.TrialTimeout.D()
+	if timeout <= 0 {
+		timeout = 30 * time.Minute
+	}
+	specJSON, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("encoding spec: %w", err)
+	}
+	runID, err := e.Recorder.StartRun(ctx, RunStart{Name: p.Name, SpecPath: p.SpecPath, Spec: specJSON, Records: len(p.Records), Trials: trials})
+	if err != nil {
+		return nil, fmt.Errorf("recording run start: %w", err)
+	}
+	log := e.logger().With("run", runID)
+	start := time.Now()
+
+	jobs := make(chan job)
+	var (
+		mu       sync.Mutex
+		outcomes []*Outcome
+		prog     = Progress{Total: len(p.Records) * trials}
+	)
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				o := e.runTrial(ctx, log, p, runID, j, retries, timeout)
+				if o == nil {
+					continue // interrupted: left unfinished for resume
+				}
+				mu.Lock()
+				outcomes = append(outcomes, o)
+				prog.Done++
+				if o.Status == TrialErrored {
+					prog.Errored++
+				} else if passed(o, p.Pass) {
+					prog.Passing++
+				}
+				prog.CostUSD += o.CostUSD
+				prog.Elapsed = time.Since(start)
+				prog.Last = o
+				if e.OnProgress != nil {
+					e.OnProgress(prog)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for trial := range trials {
+		for _, rec := range p.Records {
+			select {
+			case jobs <- job{record: rec, trial: trial}:
+			case <-ctx.Done():
+				break feed
+			}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+
+	status := StatusCompleted
+	if ctx.Err() != nil {
+		status = StatusInterrupted
+	}
+	sum := Summarize(runID, p.Name, status, len(p.Records), trials, outcomes, p.Evaluators)
+	sum.Elapsed = time.Since(start).Seconds()
+	// Record the end even when interrupted: the caller's context is done.
+	if err := e.Recorder.FinishRun(context.WithoutCancel(ctx), runID, status, sum, ""); err != nil {
+		return sum, fmt.Errorf("recording run end: %w", err)
+	}
+	return sum, nil
+}
+
+func passed(o *Outcome, name string) bool {
+	for _, s := range o.Scores() {
+		if s.Name == name {
+			return s.Value >= 1
+		}
+	}
+	return false
+}
+
+// Scores flattens the outcome's evaluations.
+func (o *Outcome) Scores() []evaluate.Score {
+	var out []evaluate.Score
+	for _, ev := range o.Evaluations {
+		out = append(out, ev.Scores...)
+	}
+	return out
+}
+
+// runTrial runs one trial with retries. It returns nil when the run was
+// interrupted before the trial finished.
+func (e *Engine) runTrial(ctx context.Context, log *slog.Logger, p *Plan, runID string, j job, retries int, timeout time.Duration) *Outcome {
+	var last *Outcome
+	for attempt := 0; attempt <= retries; attempt++ {
+		if ctx.Err() != nil {
+			return nil
+		}
+		trialID, err := e.Recorder.StartTrial(ctx, runID, j.record, j.trial, attempt)
+		if err != nil {
+			log.Error("recording trial start", "record", j.record.ID, "trial", j.trial, "err", err)
+			return nil
+		}
+		tc := &TrialContext{RunID: runID, TrialID: trialID, Record: j.record, Trial: j.trial, Attempt: attempt}
+		// Events are appended to the store as they happen and also kept for
+		// the evaluators of this trial.
+		var (
+			evMu   sync.Mutex
+			events []trajectory.Event
+		)
+		tc.Emit = trajectory.SinkFunc(func(ev trajectory.Event) error {
+			evMu.Lock()
+			defer evMu.Unlock()
+			ev.Seq = len(events) + 1
+			if ev.Time.IsZero() {
+				ev.Time = time.Now()
+			}
+			events = append(events, ev)
+			return e.Recorder.AppendEvent(context.WithoutCancel(ctx), trialID, ev)
+		})
+		tc.Events = func() []trajectory.Event {
+			evMu.Lock()
+			defer evMu.Unlock()
+			return slices.Clone(events)
+		}
+		started := time.Now()
+		tctx, cancel := context.WithTimeout(ctx, timeout)
+		o, err := p.Runner.RunTrial(tctx, tc)
+		timedOut := errors.Is(tctx.Err(), context.DeadlineExceeded)
+		cancel()
+		if ctx.Err() != nil {
+			// Interrupted: the trial stays unfinished, to be rerun on resume.
+			return nil
+		}
+		if o == nil {
+			o = &Outcome{}
+		}
+		o.RunID, o.RecordID, o.Trial, o.Attempt = runID, j.record.ID, j.trial, attempt
+		o.Started, o.Finished = started, time.Now()
+		if err != nil || timedOut {
+			o.Status = TrialErrored
+			o.ErrorKind = kindOf(err)
+			if timedOut {
+				o.ErrorKind = "timeout"
+				if err == nil {
+					err = fmt.Errorf("trial exceeded trial_timeout %s", timeout)
+				}
+			}
+			o.Error = err.Error()
+			o.Evaluations = nil
+			_ = tc.Emit.Emit(trajectory.Event{Kind: trajectory.KindError, Error: &trajectory.Error{Kind: o.ErrorKind, Message: o.Error}})
+			log.Warn("trial errored", "record", j.record.ID, "trial", j.trial, "attempt", attempt, "kind", o.ErrorKind, "err", err)
+		} else {
+			o.Status = TrialCompleted
+		}
+		if ferr := e.Recorder.FinishTrial(context.WithoutCancel(ctx), trialID, o); ferr != nil {
+			log.Error("recording trial end", "trial", trialID, "err", ferr)
+		}
+		last = o
+		if o.Status == TrialCompleted || !retryable(err) {
+			return o
+		}
+	}
+	return last
+}
+
+// NonRetryable marks errors that a retry cannot fix (a spec problem found
+// late, a missing key).
+type NonRetryable struct{ Err error }
+
+func (e *NonRetryable) Error() string { return e.Err.Error() }
+func (e *NonRetryable) Unwrap() error { return e.Err }
+
+func retryable(err error) bool {
+	var nr *NonRetryable
+	return !errors.As(err, &nr)
+}
+
+func kindOf(err error) string {
+	var k ErrorKinder
+	if errors.As(err, &k) {
+		return k.ErrorKind()
+	}
+	return "infra"
+}
+
+func (e *Engine) logger() *slog.Logger {
+	if e.Logger != nil {
+		return e.Logger
+	}
+	return slog.Default()
+}
+
+// Summarize aggregates finished trials into a run summary.
+func Summarize(runID, name, status string, records, trials int, outcomes []*Outcome, evals []spec.Evaluator) *Summary {
+	sum := &Summary{RunID: runID, Name: name, Status: status, Records: records, Trials: trials, ErrorsByKind: map[string]int{}}
+	results := make([]evaluate.TrialResult, 0, len(outcomes))
+	for _, o := range outcomes {
+		sum.CostUSD += o.CostUSD
+		sum.Tokens += o.Usage.Total()
+		r := evaluate.TrialResult{RecordID: o.RecordID, Trial: o.Trial, Evaluations: o.Evaluations}
+		if o.Status == TrialErrored {
+			sum.Errored++
+			sum.ErrorsByKind[o.ErrorKind]++
+			r.Err = o.Error
+		}
+		results = append(results, r)
+	}
+	sum.Aggregate = evaluate.Aggregate(evals, results)
+	sum.Scores = sum.Aggregate.Scores()
+	if len(sum.ErrorsByKind) == 0 {
+		sum.ErrorsByKind = nil
+	}
+	return sum
+}

@@ -1,0 +1,73 @@
+// Package report prints run results for people (tables) and for scripts
+// (one JSON object), with a stable contract.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"evals.si/engine"
+)
+
+// JSONSummary is the contract of `evalsi run --json`: exactly these keys.
+type JSONSummary struct {
+	RunID   string             `json:"run_id"`
+	Status  string             `json:"status"`
+	Records int                `json:"records"`
+	Trials  int                `json:"trials"`
+	Errored int                `json:"errored"`
+	Scores  map[string]float64 `json:"scores"`
+}
+
+// WriteJSON writes the one-object JSON summary.
+func WriteJSON(w io.Writer, s *engine.Summary) error {
+	scores := s.Scores
+	if scores == nil {
+		scores = map[string]float64{}
+	}
+	enc := json.NewEncoder(w)
+	return enc.Encode(JSONSummary{RunID: s.RunID, Status: s.Status, Records: s.Records, Trials: s.Trials, Errored: s.Errored, Scores: scores})
+}
+
+// WriteTable writes the human summary: per score the mean and errored
+// count, pass@k/pass^k when trials > 1, and spend.
+func WriteTable(w io.Writer, s *engine.Summary) error {
+	fmt.Fprintf(w, "run %s  %s  status=%s  records=%d  trials=%d  errored=%d\n", s.RunID, s.Name, s.Status, s.Records, s.Trials, s.Errored)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "EVALUATOR\tSCORE\tMEAN\tSCORED\tERRORED")
+	for _, e := range s.Aggregate.Evaluators {
+		if len(e.Scores) == 0 {
+			fmt.Fprintf(tw, "%s\t-\t-\t0\t%d\n", e.Name, e.Errored)
+		}
+		for i, sc := range e.Scores {
+			errored := ""
+			if i == 0 {
+				errored = fmt.Sprint(e.Errored)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.3f\t%d\t%s\n", e.Name, sc.Name, sc.Mean, sc.N, errored)
+		}
+	}
+	for _, p := range s.Aggregate.PassAtK {
+		fmt.Fprintf(tw, "pass@k\tpass@%d\t%.3f\t%d\t\n", p.K, p.Value, p.Records)
+	}
+	for _, p := range s.Aggregate.PassHatK {
+		fmt.Fprintf(tw, "pass^k\tpass^%d\t%.3f\t%d\t\n", p.K, p.Value, p.Records)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "spend: $%.4f  tokens: %d  elapsed: %.1fs\n", s.CostUSD, s.Tokens, s.Elapsed)
+	if len(s.ErrorsByKind) > 0 {
+		var kinds []string
+		for k, n := range s.ErrorsByKind {
+			kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
+		}
+		sort.Strings(kinds)
+		fmt.Fprintf(w, "errors by kind: %s (see `evalsi runs show %s`)\n", strings.Join(kinds, " "), s.RunID)
+	}
+	return nil
+}
