@@ -42,6 +42,7 @@ type App struct {
 	store    *store.Store
 	images   *image.Store
 	envs     *environment.Manager
+	rungs    []sandbox.Rung
 	datasets *dataset.Registry
 	logger   *slog.Logger
 	stateDir string
@@ -98,10 +99,12 @@ func Open(ctx context.Context, o Options) (*App, error) {
 		st.Close()
 		return nil, fmt.Errorf("creating sandbox state dir: %w", err)
 	}
+	rungs := Rungs(o.Logger)
 	return &App{
 		store:    st,
 		images:   imgs,
-		envs:     environment.NewManager(imgs, Rungs(o.Logger), sbDir, o.Logger),
+		rungs:    rungs,
+		envs:     environment.NewManager(imgs, rungs, sbDir, o.Logger),
 		datasets: dataset.NewRegistry(),
 		logger:   o.Logger,
 		stateDir: stateDir,

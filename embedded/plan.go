@@ -11,6 +11,7 @@ import (
 	"evals.si/engine"
 	"evals.si/evaluate"
 	"evals.si/model"
+	"evals.si/sandbox"
 	"evals.si/spec"
 )
 
@@ -78,6 +79,9 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 		cfg = *s.Harness.Builtin
 	}
 	if err := unsupportedBuiltin(f, cfg); err != nil {
+		return nil, err
+	}
+	if err := a.preflight(ctx, f); err != nil {
 		return nil, err
 	}
 	pricing = pricing.Merge(cfg.Pricing)
@@ -155,4 +159,26 @@ func passScore(evs []spec.Evaluator) string {
 		}
 	}
 	return ""
+}
+
+// preflight refuses to start an agent run when no sandbox rung of the
+// spec's ladder works here: model output never runs outside a sandbox, and
+// failing every trial one by one would only hide that.
+func (a *App) preflight(ctx context.Context, f *spec.File) error {
+	pol := &spec.SandboxPolicy{}
+	if env := f.Spec.Environment; env != nil && env.Sandbox != nil {
+		pol = env.Sandbox
+	}
+	var min sandbox.Level
+	if pol.MinIsolation != "" {
+		l, err := sandbox.ParseLevel(pol.MinIsolation)
+		if err != nil {
+			return SpecError{f.Errorf("environment.sandbox.min_isolation", "%v", err)}
+		}
+		min = l
+	}
+	if _, _, err := sandbox.Select(ctx, a.rungs, pol.Ladder, min, pol.AllowUnsafeHost); err != nil {
+		return SpecError{fmt.Errorf("refusing to start an agent run: %w", err)}
+	}
+	return nil
 }

@@ -174,6 +174,10 @@ func (r *AgentRunner) escalate(sb sandbox.Sandbox, pol sandbox.Policy) func(ctx 
 }
 
 func envErr(err error) error {
+	if errors.Is(err, sandbox.ErrNoRung) {
+		// Which rungs work does not change between attempts.
+		return &NonRetryable{Err: &kindError{kind: "sandbox", err: err}}
+	}
 	var ie *environment.InfraError
 	if errors.As(err, &ie) {
 		return &kindError{kind: ie.Phase, err: err}

@@ -8,7 +8,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v git >/dev/null || need+=(git)
-python3 -c 'import pytest' 2>/dev/null || need+=(python3 python3-pytest)
+/usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3 python3-pytest)
 if [ ${#need[@]} -gt 0 ]; then
   echo "demo: installing ${need[*]}" >&2
   $SUDO apt-get update -qq

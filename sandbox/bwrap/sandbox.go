@@ -72,6 +72,8 @@ type Sandbox struct {
 	baseEnv  map[string]string
 	report   sandbox.Report
 	seq      atomic.Int64
+	// widened is set by SetPolicy: later commands share the host network.
+	widened atomic.Bool
 
 	mu        sync.Mutex
 	closed    bool
@@ -583,7 +585,7 @@ func (s *Sandbox) confine(pid int, cg *limits.Cgroup) error {
 // mounts on top of it.
 func (s *Sandbox) bwrapArgs(env []string, cwd string, argv []string) []string {
 	a := []string{"--unshare-all"}
-	if s.cfg.Policy.Network == sandbox.NetworkAllow {
+	if s.cfg.Policy.Network == sandbox.NetworkAllow || s.widened.Load() {
 		a = append(a, "--share-net")
 	}
 	a = append(a, "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "evalsi")
@@ -817,4 +819,19 @@ func elfInterpreter(path string) string {
 		}
 	}
 	return ""
+}
+
+// SetPolicy widens the network for the commands that follow, as a granted
+// request_escalation asks. Only deny → allow is supported: an allowlist
+// sandbox runs its proxy bridge inside the sandbox's own network
+// namespace, which sharing the host's network would break.
+func (s *Sandbox) SetPolicy(p sandbox.Policy) error {
+	if p.Network != sandbox.NetworkAllow {
+		return fmt.Errorf("bwrap sandbox: can only widen the network to %q, not %q", sandbox.NetworkAllow, p.Network)
+	}
+	if s.cfg.Policy.Network == sandbox.NetworkAllowlist {
+		return fmt.Errorf("bwrap sandbox: an allowlist sandbox cannot be widened to allow")
+	}
+	s.widened.Store(true)
+	return nil
 }
