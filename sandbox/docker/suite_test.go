@@ -12,6 +12,9 @@ func suiteOptions() sandboxtest.Options {
 		Uncontained: map[string]string{
 			sandboxtest.RowPtrace: "docker's default seccomp profile allows ptrace of the container's own processes (safe since Linux 4.8); host processes live in another PID namespace",
 		},
+		NotRun: map[string]string{
+			sandboxtest.RowAllowlistBypass: "the docker rung refuses network: allowlist at Create (no forwarder to the egress proxy yet), so there is no allowlist to bypass",
+		},
 	}
 }
 
