@@ -1,0 +1,132 @@
+// Package tripwire holds a test that fails when code outside the sandbox
+// rungs can start processes: model output may only ever run through a
+// sandbox, so os/exec and exec(2) are confined to the packages whose job is
+// to run commands inside one.
+package tripwire
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// allowed lists the packages (module-relative directories) that may start
+// processes, each with why.
+var allowed = map[string]string{
+	"sandbox/bwrap":       "the bubblewrap rung starts bwrap",
+	"sandbox/landlock":    "the Landlock rung re-executes its launcher and execs the command after restricting itself",
+	"sandbox/host":        "the host rung runs commands on the host, only when a spec explicitly allows it",
+	"sandbox/smolvm":      "the smolvm rung starts microVMs through the smolvm CLI",
+	"sandbox/docker":      "the docker rung (uses the Engine API today; listed in case it shells out to docker)",
+	"sandbox/sandboxtest": "test support only (imported by rung tests): starts the host processes the escape suite attacks",
+}
+
+// forbidden calls, as package.Func selectors, besides importing os/exec.
+var forbiddenCalls = map[string]bool{
+	"syscall.Exec": true, "unix.Exec": true, "syscall.ForkExec": true, "syscall.StartProcess": true,
+	"os.StartProcess": true, "unix.ForkExec": true,
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+func TestOnlySandboxRungsStartProcesses(t *testing.T) {
+	root := moduleRoot(t)
+	fset := token.NewFileSet()
+	checked := 0
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules" || name == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		rel = filepath.ToSlash(rel)
+		if _, ok := allowed[rel]; ok {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		checked++
+		for _, v := range violations(fset, f) {
+			t.Errorf("%s: only sandbox rungs may start processes (see allowed in this test)", v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 50 {
+		t.Fatalf("checked only %d files: the walk is not seeing the module", checked)
+	}
+}
+
+// violations lists where a file imports os/exec or calls a process-starting
+// function.
+func violations(fset *token.FileSet, f *ast.File) []string {
+	var out []string
+	for _, imp := range f.Imports {
+		if p, _ := strconv.Unquote(imp.Path.Value); p == "os/exec" {
+			out = append(out, fset.Position(imp.Pos()).String()+" imports os/exec")
+		}
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		sel, ok := n.(*ast.SelectorExpr)
+		if !ok {
+			return true
+		}
+		if id, ok := sel.X.(*ast.Ident); ok && forbiddenCalls[id.Name+"."+sel.Sel.Name] {
+			out = append(out, fmt.Sprintf("%s calls %s.%s", fset.Position(sel.Pos()), id.Name, sel.Sel.Name))
+		}
+		return true
+	})
+	return out
+}
+
+// TestTripwireCatches makes sure the check above is not vacuous.
+func TestTripwireCatches(t *testing.T) {
+	src := `package x
+import "os/exec"
+import "syscall"
+func f() { exec.Command("sh"); syscall.Exec("/bin/sh", nil, nil) }`
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "x.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := violations(fset, f); len(v) != 2 {
+		t.Fatalf("tripwire found %v, want the import and the call", v)
+	}
+}
