@@ -5,6 +5,7 @@ package embedded
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -118,8 +119,10 @@ func (a *App) Store() *store.Store { return a.store }
 // Datasets is the URI scheme registry, for registering importers.
 func (a *App) Datasets() *dataset.Registry { return a.datasets }
 
-// Close releases the store.
-func (a *App) Close() error { return a.store.Close() }
+// Close removes the run's setup snapshots and releases the store.
+func (a *App) Close() error {
+	return errors.Join(a.envs.Close(), a.store.Close())
+}
 
 // RunOptions tune one run.
 type RunOptions struct {

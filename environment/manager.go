@@ -38,6 +38,9 @@ func (e *InfraError) Unwrap() error { return e.Err }
 // ImageResolver resolves image references to unpacked roots.
 type ImageResolver interface {
 	Resolve(ctx context.Context, ref string) (*image.Image, error)
+	// ResolveVerified resolves ref only when a cosign signature by one of
+	// keys covers it (sandbox.image_signatures).
+	ResolveVerified(ctx context.Context, ref string, keys []string, allowLocal bool) (*image.Image, error)
 }
 
 // Manager prepares environments; it caches prepared environments by their
@@ -51,6 +54,9 @@ type Manager struct {
 	mu       sync.Mutex
 	prepared map[string]*prepareCall
 	seq      int
+	// dirs are the sandbox state directories made so far; rungs empty
+	// them at Close, the manager removes them at its own Close.
+	dirs []string
 }
 
 type prepareCall struct {
@@ -62,6 +68,34 @@ type prepareCall struct {
 // NewManager returns a Manager that keeps sandbox state under stateDir.
 func NewManager(images ImageResolver, rungs []sandbox.Rung, stateDir string, logger *slog.Logger) *Manager {
 	return &Manager{images: images, rungs: rungs, stateDir: stateDir, logger: logger, prepared: map[string]*prepareCall{}}
+}
+
+// Close removes the setup snapshots this manager made; sandboxes made from
+// them must be closed first.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	for id, c := range m.prepared {
+		select {
+		case <-c.done:
+		default:
+			continue // still preparing: its owner is gone with the process
+		}
+		if c.env != nil && c.env.Layer != nil && c.env.Layer.Dir != "" {
+			if err := os.RemoveAll(c.env.Layer.Dir); err != nil {
+				errs = append(errs, fmt.Errorf("removing setup snapshot %s: %w", c.env.Layer.Dir, err))
+			}
+		}
+		delete(m.prepared, id)
+	}
+	for _, d := range m.dirs {
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, fmt.Errorf("removing sandbox state %s: %w", d, err))
+		}
+	}
+	m.dirs = nil
+	return errors.Join(errs...)
 }
 
 // Prepared is an environment ready to make trial sandboxes.
@@ -186,7 +220,13 @@ func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment)
 		if m.images == nil {
 			return nil, &InfraError{Phase: "image", Err: errors.New("no image store configured")}
 		}
-		img, err := m.images.Resolve(ctx, env.Image)
+		var img *image.Image
+		var err error
+		if sig := pol.ImageSignatures; sig != nil && len(sig.Keys) > 0 {
+			img, err = m.images.ResolveVerified(ctx, env.Image, sig.Keys, sig.AllowLocal)
+		} else {
+			img, err = m.images.Resolve(ctx, env.Image)
+		}
 		if err != nil {
 			return nil, &InfraError{Phase: "image", Err: fmt.Errorf("resolving %s: %w", env.Image, err)}
 		}
@@ -252,6 +292,9 @@ func (m *Manager) create(ctx context.Context, rung sandbox.Rung, cfg sandbox.Con
 	m.mu.Unlock()
 	cfg.Policy = pol
 	cfg.StateDir = filepath.Join(m.stateDir, fmt.Sprintf("sb-%d-%d", os.Getpid(), n))
+	m.mu.Lock()
+	m.dirs = append(m.dirs, cfg.StateDir)
+	m.mu.Unlock()
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating sandbox state dir: %w", err)
 	}

@@ -1,0 +1,126 @@
+package environment
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"evals.si/image"
+	"evals.si/internal/testenv"
+	"evals.si/sandbox"
+	"evals.si/sandbox/bwrap"
+	"evals.si/sandbox/reexec"
+	"evals.si/spec"
+)
+
+func TestMain(m *testing.M) {
+	reexec.Init()
+	os.Exit(m.Run())
+}
+
+func newManager(t *testing.T) *Manager {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		testenv.Missing(t, "bwrap", "bubblewrap is not installed")
+	}
+	imgs, err := image.Open(t.TempDir(), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewManager(imgs, []sandbox.Rung{bwrap.New(bwrap.Options{})}, t.TempDir(), slog.Default())
+}
+
+func run(t *testing.T, sb sandbox.Sandbox, cmd string) string {
+	t.Helper()
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", cmd}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 0 {
+		t.Fatalf("%q exited %d: %s%s", cmd, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return string(res.Stdout)
+}
+
+func TestSetupOncePerEnvironmentAndIsolatedTrials(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	env := &spec.Environment{
+		Files:   map[string]string{"a.txt": "from files\n"},
+		Setup:   []string{"echo setup-ran >> setup.log", "cat a.txt >> setup.log"},
+		Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}, Workdir: "/work"},
+	}
+	p1, err := m.Prepare(ctx, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := m.Prepare(ctx, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p1 != p2 {
+		t.Fatal("the same environment was prepared twice")
+	}
+	if p1.Layer == nil || p1.Rung.Name() != "bwrap" {
+		t.Fatalf("prepared = %+v", p1)
+	}
+	a, err := p1.NewSandbox(ctx, p1.Policy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	b, err := p1.NewSandbox(ctx, p1.Policy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(ctx)
+	if got := run(t, a, "cat setup.log"); got != "setup-ran\nfrom files\n" {
+		t.Fatalf("setup.log in a trial = %q: setup must run exactly once, after files", got)
+	}
+	run(t, a, "echo only-a > mine.txt")
+	if out := run(t, b, "ls"); strings.Contains(out, "mine.txt") {
+		t.Fatalf("trial b sees trial a's file: %s", out)
+	}
+	// A different environment gets its own setup.
+	env2 := *env
+	env2.Setup = []string{"echo other > setup.log"}
+	p3, err := m.Prepare(ctx, &env2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p3 == p1 {
+		t.Fatal("a different setup shared the snapshot")
+	}
+	a.Close(ctx)
+	b.Close(ctx)
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(m.stateDir); len(left) != 0 {
+		t.Errorf("Close left %d entries in the state dir, e.g. %s", len(left), left[0].Name())
+	}
+}
+
+func TestSetupFailureIsAnInfraError(t *testing.T) {
+	m := newManager(t)
+	_, err := m.Prepare(context.Background(), &spec.Environment{
+		Setup:   []string{"echo about to fail; exit 3"},
+		Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}},
+	})
+	var ie *InfraError
+	if !errors.As(err, &ie) || ie.Phase != "setup" || !strings.Contains(err.Error(), "about to fail") {
+		t.Fatalf("err = %v, want a setup InfraError carrying the output", err)
+	}
+}
+
+func TestNoRungIsRefused(t *testing.T) {
+	m := newManager(t)
+	_, err := m.Prepare(context.Background(), &spec.Environment{Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}, MinIsolation: "vm"}})
+	if !errors.Is(err, sandbox.ErrNoRung) {
+		t.Fatalf("err = %v, want ErrNoRung: a task asking for vm isolation is refused, never downgraded", err)
+	}
+}
