@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -205,8 +204,8 @@ func runLauncher(ctx context.Context, sp spec, stdin []byte, timeout time.Durati
 		return res, fmt.Errorf("landlock exec: %w", err)
 	}
 	defer statR.Close()
-	stdout := &capped{limit: limit}
-	stderr := &capped{limit: limit}
+	stdout := sandbox.NewCappedBuffer(limit)
+	stderr := sandbox.NewCappedBuffer(limit)
 	cmd := exec.Command(self)
 	cmd.Env = []string{reexec.Env + "=" + launcherName}
 	cmd.Stdin = bytes.NewReader(stdin)
@@ -272,8 +271,8 @@ loop:
 	}
 	<-statDone
 	res.Duration = time.Since(start)
-	res.Stdout, res.Stderr = stdout.buf.Bytes(), stderr.buf.Bytes()
-	res.Truncated = stdout.truncated || stderr.truncated
+	res.Stdout, res.Stderr = stdout.Bytes(), stderr.Bytes()
+	res.Truncated = stdout.Truncated() || stderr.Truncated()
 
 	var st status
 	if err := json.Unmarshal(statBuf.Bytes(), &st); err != nil {
@@ -320,29 +319,6 @@ func looksLikeOOM(st status, stderr []byte) bool {
 		}
 	}
 	return false
-}
-
-// capped keeps the first limit bytes written to it.
-type capped struct {
-	mu        sync.Mutex
-	limit     int
-	buf       bytes.Buffer
-	truncated bool
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	room := c.limit - c.buf.Len()
-	if room < len(p) {
-		c.truncated = true
-		if room > 0 {
-			c.buf.Write(p[:room])
-		}
-		return len(p), nil
-	}
-	c.buf.Write(p)
-	return len(p), nil
 }
 
 // namespaceFlags returns the clone flags for the launcher: a private mount
