@@ -19,6 +19,28 @@
 //     not be enforced.
 //   - The bash tool runs its command with bash when the sandbox has it, else
 //     /bin/sh, in the workdir, bounded by the task's command timeout.
+//
+// Tool-call protocols (harness.builtin.tool_call_mode and tool_call_format;
+// the formats and their parsing rules are in package toolcall):
+//   - The protocol is resolved once per Agent, at its first Run (or by an
+//     explicit call of Protocol), with toolcall.Resolve; auto and native
+//     probe the endpoint with model.ProbeNativeTools. Forcing native on an
+//     endpoint without native tools fails the run before any step.
+//   - native: the tools go to the API and structured calls come back; a
+//     reply with no structured call but native_json call text in its
+//     content (a server that left the model's own format unparsed) is
+//     parsed with the native_json parser. Results go back as tool messages.
+//   - prompted: no tools are sent to the API. The system prompt states the
+//     format and lists the tools (fenced_shell offers bash only); calls are
+//     parsed from the reply's text, and structured calls, if an endpoint
+//     returns any, are ignored. The assistant message is recorded with the
+//     parsed calls, but goes back to the model as the text it wrote; the
+//     step's results go back as one user message of <tool_result> blocks
+//     (toolcall.ResultsMessage).
+//   - In both modes, calls the protocol marks but that cannot be read are
+//     not run: they are recorded as log events and reported back to the
+//     model, and the loop goes on (a reply with neither calls nor such
+//     problems ends the run).
 package builtin
 
 import (
@@ -27,9 +49,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"evals.si/agent"
+	"evals.si/agent/toolcall"
 	"evals.si/model"
 	"evals.si/spec"
 	"evals.si/trajectory"
@@ -51,6 +75,10 @@ type Agent struct {
 	cfg     spec.Builtin
 	pricing Pricer
 	log     *slog.Logger
+
+	// mu guards proto, the protocol resolved at the first Run.
+	mu    sync.Mutex
+	proto *toolcall.Protocol
 }
 
 var _ agent.Agent = (*Agent)(nil)
@@ -63,6 +91,28 @@ func New(conn model.Connector, modelName string, cfg spec.Builtin, pricing Price
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Agent{conn: conn, model: modelName, cfg: cfg, pricing: pricing, log: logger}
+}
+
+// Protocol resolves the run's tool-call protocol from tool_call_mode and
+// tool_call_format, probing the endpoint when the mode asks for it. The
+// first success is kept for the Agent's life, so a run probes once; a
+// failure is not kept, so the next Run tries again. Callers may call it
+// before the first Run to fail a misconfigured run at its start.
+func (a *Agent) Protocol(ctx context.Context) (toolcall.Protocol, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.proto != nil {
+		return *a.proto, nil
+	}
+	p, err := toolcall.Resolve(ctx, a.cfg.ToolCallMode, a.cfg.ToolCallFormat, func(ctx context.Context) (model.NativeTools, error) {
+		return model.ProbeNativeTools(ctx, a.conn, a.model)
+	})
+	if err != nil {
+		return toolcall.Protocol{}, err
+	}
+	a.log.Info("tool-call protocol", "mode", p.Mode, "format", p.Format, "reason", p.Reason)
+	a.proto = &p
+	return p, nil
 }
 
 // cost prices usage under the first name that has a price: the model the
@@ -177,6 +227,17 @@ func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
 
 	r := &run{a: a, task: &t, log: a.log.With("record", t.RecordID, "trial", t.Trial)}
 
+	proto, err := a.Protocol(ctx)
+	if err != nil {
+		return r.fail("config", err)
+	}
+	tools := toolDefs()
+	apiTools := tools
+	if proto.Mode == toolcall.ModePrompted {
+		tools = toolcall.Tools(proto.Format, tools)
+		apiTools = nil
+	}
+
 	// The opening conversation: the record's messages when it has them
 	// (system messages join the system prompt), else the instruction.
 	var recordSystem []string
@@ -194,15 +255,20 @@ func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
 		}
 		msgs = []trajectory.Message{{Role: trajectory.RoleUser, Content: t.Instruction}}
 	}
-	system := systemPrompt(t.Workdir, recordSystem, a.cfg.Instructions)
+	system := systemPrompt(t.Workdir, proto, tools, recordSystem, a.cfg.Instructions)
 	opening := append([]trajectory.Message{{Role: trajectory.RoleSystem, Content: system}}, msgs...)
 	for i := range opening {
 		if err := r.emit(trajectory.Event{Kind: trajectory.KindMessage, Message: &opening[i]}); err != nil {
 			return r.fail("store", err)
 		}
 	}
+	if a.cfg.ToolCallMode != "" || a.cfg.ToolCallFormat != "" {
+		if err := r.emit(trajectory.Event{Kind: trajectory.KindLog, Log: &trajectory.Log{
+			Text: fmt.Sprintf("tool-call protocol: %s %s (%s)", proto.Mode, proto.Format, proto.Reason)}}); err != nil {
+			return r.fail("store", err)
+		}
+	}
 
-	tools := toolDefs()
 	warnedPrice := false
 	for {
 		if r.steps >= maxSteps {
@@ -217,7 +283,7 @@ func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
 			Model:    a.model,
 			System:   system,
 			Messages: msgs,
-			Tools:    tools,
+			Tools:    apiTools,
 			RecordID: t.RecordID,
 			Trial:    t.Trial,
 		})
@@ -250,25 +316,41 @@ func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
 
 		msg := resp.Message
 		msg.Role = trajectory.RoleAssistant
+		problems, err := r.textCalls(proto, &msg)
+		if err != nil {
+			return r.fail("config", err)
+		}
 		for i := range msg.ToolCalls {
 			if msg.ToolCalls[i].ID == "" {
 				// Tool results must name the call they answer.
 				msg.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", step, i)
 			}
 		}
-		msgs = append(msgs, msg)
+		if proto.Mode == toolcall.ModePrompted {
+			// The endpoint has no tool calls: it gets back the text the
+			// model wrote, and the results as a user message below.
+			msgs = append(msgs, trajectory.Message{Role: trajectory.RoleAssistant, Content: msg.Content})
+		} else {
+			msgs = append(msgs, msg)
+		}
 		if err := r.emit(trajectory.Event{Kind: trajectory.KindMessage, Step: step, Message: &msg}); err != nil {
 			return r.fail("store", err)
+		}
+		for _, p := range problems {
+			if err := r.emit(trajectory.Event{Kind: trajectory.KindLog, Step: step, Log: &trajectory.Log{Text: "unreadable tool call, not run: " + p}}); err != nil {
+				return r.fail("store", err)
+			}
 		}
 		if msg.Content != "" {
 			r.res.Output = msg.Content
 		}
-		r.log.Debug("model call", "step", step, "tool_calls", len(msg.ToolCalls), "usage", resp.Usage.Total(), "ms", callMS)
-		if len(msg.ToolCalls) == 0 {
+		r.log.Debug("model call", "step", step, "tool_calls", len(msg.ToolCalls), "problems", len(problems), "usage", resp.Usage.Total(), "ms", callMS)
+		if len(msg.ToolCalls) == 0 && len(problems) == 0 {
 			return r.stop(agent.StopAnswered, "")
 		}
 
 		tr := &toolRun{task: &t, step: step, emit: r.emit}
+		var results []trajectory.ToolResult
 		for _, tc := range msg.ToolCalls {
 			if err := r.emit(trajectory.Event{Kind: trajectory.KindToolCall, Step: step, ToolCall: &tc}); err != nil {
 				return r.fail("store", err)
@@ -285,8 +367,21 @@ func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
 				ToolResult: &out}); err != nil {
 				return r.fail("store", err)
 			}
-			msgs = append(msgs, trajectory.Message{Role: trajectory.RoleTool, Content: out.Output,
-				ToolCallID: tc.ID, Name: tc.Name})
+			results = append(results, out)
+		}
+		switch {
+		case proto.Mode == toolcall.ModePrompted || len(msg.ToolCalls) == 0:
+			// Prompted mode, or native mode with only unreadable calls
+			// (which have no call id to answer).
+			msgs = append(msgs, trajectory.Message{Role: trajectory.RoleUser, Content: toolcall.ResultsMessage(results, problems)})
+		default:
+			for _, out := range results {
+				msgs = append(msgs, trajectory.Message{Role: trajectory.RoleTool, Content: out.Output,
+					ToolCallID: out.CallID, Name: out.Name})
+			}
+			if len(problems) > 0 {
+				msgs = append(msgs, trajectory.Message{Role: trajectory.RoleUser, Content: toolcall.ResultsMessage(nil, problems)})
+			}
 		}
 
 		if budget.Tokens > 0 && r.res.Usage.Total() >= budget.Tokens {
@@ -295,6 +390,33 @@ func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
 		if budget.USD > 0 && r.res.CostUSD >= budget.USD {
 			return r.stop(agent.StopBudgetUSD, fmt.Sprintf("$%.6f spent of budget.usd $%.6f", r.res.CostUSD, budget.USD))
 		}
+	}
+}
+
+// textCalls finds the tool calls of the protocol in the reply's text and
+// sets them on msg; it returns the calls that could not be read. In
+// prompted mode the text is all there is (structured calls are ignored:
+// only the declared protocol is intercepted); in native mode the text is
+// read only when the reply has no structured call.
+func (r *run) textCalls(proto toolcall.Protocol, msg *trajectory.Message) ([]string, error) {
+	switch proto.Mode {
+	case toolcall.ModePrompted:
+		if n := len(msg.ToolCalls); n > 0 {
+			r.log.Warn("ignoring structured tool calls in prompted mode", "calls", n)
+		}
+		p, err := toolcall.Parse(proto.Format, msg.Content)
+		if err != nil {
+			return nil, err
+		}
+		msg.ToolCalls = p.Calls
+		return p.Problems, nil
+	default:
+		if len(msg.ToolCalls) > 0 || msg.Content == "" {
+			return nil, nil
+		}
+		p := toolcall.ParseNativeJSON(msg.Content)
+		msg.ToolCalls = p.Calls
+		return p.Problems, nil
 	}
 }
 
