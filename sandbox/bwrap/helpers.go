@@ -2,7 +2,6 @@ package bwrap
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"evals.si/sandbox/bridge"
 	"evals.si/sandbox/limits"
 	"evals.si/sandbox/reexec"
 )
@@ -24,13 +24,13 @@ const (
 	// proxy forwarder, then execs the command.
 	helperInit = "evalsi-bwrap-init"
 	// helperForward listens on 127.0.0.1:3128 inside the sandbox and
-	// forwards each connection to the egress proxy's unix socket.
-	helperForward = "evalsi-bwrap-forward"
+	// forwards each connection to the egress proxy's unix socket; it lives
+	// in sandbox/bridge, shared with the docker rung.
+	helperForward = bridge.HelperForward
 )
 
 func init() {
 	reexec.Register(helperInit, initMain)
-	reexec.Register(helperForward, forwardMain)
 }
 
 func fail(helper string, err error) int {
@@ -147,49 +147,5 @@ func startForwarder(sock, listen string) error {
 	return nil
 }
 
-// forwardMain: SOCK LISTEN; fd 3 is closed once listening.
-func forwardMain(args []string) int {
-	if len(args) != 2 {
-		return fail(helperForward, fmt.Errorf("usage: SOCK LISTEN"))
-	}
-	ln, err := net.Listen("tcp", args[1])
-	if err != nil {
-		return fail(helperForward, err)
-	}
-	ready := os.NewFile(3, "ready")
-	ready.Write([]byte{1})
-	ready.Close()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return fail(helperForward, err)
-		}
-		go func() {
-			up, err := net.Dial("unix", args[0])
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "evalsi proxy forwarder: %v\n", err)
-				c.Close()
-				return
-			}
-			splice(c, up)
-		}()
-	}
-}
-
 // splice copies both ways until either side ends, then closes both.
-func splice(a, b net.Conn) {
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite()
-		}
-		done <- struct{}{}
-	}
-	go cp(a, b)
-	go cp(b, a)
-	<-done
-	<-done
-	a.Close()
-	b.Close()
-}
+func splice(a, b net.Conn) { bridge.Splice(a, b) }

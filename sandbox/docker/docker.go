@@ -20,14 +20,23 @@
 // applied).
 //
 // Exec uses the exec API. The API cannot kill an exec, so when a command
-// ends or times out a second exec SIGKILLs every process in the container
-// except init and its sleep: this kills what the command left running and,
-// on timeout, the command itself. Both need /bin/sh in the image. An exec
+// ends or times out a second exec, as the command's user, SIGKILLs every
+// process in the container except init and the keeper: this kills what the
+// command left running and, on timeout, the command itself. Both need
+// /bin/sh in the image. Init and the keeper (`sleep infinity`, or the proxy
+// forwarder) run as KeeperUID, commands as Config.User, else the image's
+// user, else root: without CAP_KILL a command cannot signal the keeper,
+// whose death would stop the container. An exec
 // that dies by SIGKILL under a memory limit when docker reports OOMKilled (or
 // without any other SIGKILL source) is reported as an "oom" denial.
 //
-// Network allowlist is refused: the container's network namespace would
-// need a forwarder to the egress proxy, which this rung does not have yet.
+// Network allowlist keeps --network none: a host-side relay socket to the
+// egress proxy (sandbox/bridge.Relay, connectable by the keeper's uid) and
+// the engine binary are bound into the container, and the binary,
+// re-executed as the sandbox/bridge forwarder, is the keeper: it listens on
+// 127.0.0.1:3128 and relays to the socket; HTTP(S)_PROXY points at it. The
+// engine binary must be static (CGO_ENABLED=0) unless the image has its
+// loader, and the daemon must share the engine's filesystem (bind mounts).
 package docker
 
 import (
@@ -47,10 +56,16 @@ import (
 	"github.com/docker/docker/client"
 
 	"evals.si/sandbox"
+	"evals.si/sandbox/bridge"
 )
 
 // Name is the rung's name in the ladder.
 const Name = "docker"
+
+// KeeperUID is the uid the container's init and keeper process run as: one
+// that commands do not run as (unless Config.User names it), so they cannot
+// kill the keeper. It is below 65536 to map under userns-remap.
+const KeeperUID = "65533"
 
 // DefaultPidsMax applies when Limits.PidsMax is zero.
 const DefaultPidsMax = 512
@@ -63,6 +78,10 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // Rung makes docker sandboxes. Its client is made on first use from the
 // environment (DOCKER_HOST etc.) with API version negotiation.
 type Rung struct {
+	// Helper is the engine binary bound into allowlist containers as the
+	// proxy forwarder (default: reexec.Self()).
+	Helper string
+
 	opts []client.Opt
 
 	once sync.Once
@@ -126,9 +145,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 	switch cfg.Policy.Network {
 	case "":
 		cfg.Policy.Network = sandbox.NetworkDeny
-	case sandbox.NetworkDeny, sandbox.NetworkAllow:
-	case sandbox.NetworkAllowlist:
-		return nil, errors.New("creating docker sandbox: network allowlist is not supported on the docker rung yet (no forwarder to the egress proxy); use deny or allow, or another rung")
+	case sandbox.NetworkDeny, sandbox.NetworkAllow, sandbox.NetworkAllowlist:
 	default:
 		return nil, fmt.Errorf("creating docker sandbox: unknown network mode %q (deny, allowlist or allow)", cfg.Policy.Network)
 	}
@@ -136,6 +153,13 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 	img, hostSys, err := r.image(ctx, cli, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating docker sandbox: %w", err)
+	}
+
+	var eg *egress
+	if cfg.Policy.Network == sandbox.NetworkAllowlist {
+		if eg, err = r.setupEgress(cfg, hostSys != nil); err != nil {
+			return nil, fmt.Errorf("creating docker sandbox: %w", err)
+		}
 	}
 
 	env := map[string]string{"PATH": defaultPath, "HOME": cfg.Workdir}
@@ -148,7 +172,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 		Cmd:        []string{"sleep", "infinity"},
 		Env:        envList(env),
 		WorkingDir: cfg.Workdir,
-		User:       cfg.User,
+		User:       KeeperUID + ":" + KeeperUID,
 		Labels:     map[string]string{"si.evals.sandbox": "1"},
 	}
 	pids := int64(cfg.Limits.PidsMax)
@@ -188,11 +212,24 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 			hcfg.Mounts = append(hcfg.Mounts, mount.Mount{Type: mount.TypeVolume, Target: t})
 		}
 	}
+	if eg != nil {
+		eg.apply(ccfg, hcfg, env)
+		ccfg.Env = envList(env)
+	}
 	created, err := cli.ContainerCreate(ctx, ccfg, hcfg, nil, nil, "")
 	if err != nil {
+		eg.close()
 		return nil, fmt.Errorf("creating docker container from %s: %w", img, err)
 	}
-	s := &Sandbox{cli: cli, id: created.ID, cfg: cfg, image: img, pids: pids, hostSys: hostSys != nil}
+	s := &Sandbox{cli: cli, id: created.ID, cfg: cfg, image: img, pids: pids, hostSys: hostSys != nil, binds: hostSys, egress: eg}
+	if s.imageUser, err = imageUser(ctx, cli, img); err != nil {
+		s.Close(ctx)
+		return nil, fmt.Errorf("creating docker sandbox: %w", err)
+	}
+	s.user = cfg.User
+	if s.user == "" {
+		s.user = s.imageUser
+	}
 	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 		s.Close(ctx)
 		return nil, fmt.Errorf("starting docker container %s: %w", short(created.ID), err)
@@ -209,6 +246,19 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 		return nil, fmt.Errorf("docker sandbox %s: keeper process: %q", short(created.ID), out)
 	}
 	s.keep = keep
+	if cfg.User != "" {
+		// Docker resolves the user at each exec: check it once here.
+		if out, code, err := s.runAs(ctx, s.user, []string{"/bin/sh", "-c", "true"}); err != nil || code != 0 {
+			s.Close(ctx)
+			return nil, fmt.Errorf("docker sandbox %s: user %q cannot run commands: exit %d: %v %s", short(created.ID), cfg.User, code, err, strings.TrimSpace(out))
+		}
+	}
+	if eg != nil {
+		if err := s.waitForwarder(ctx); err != nil {
+			s.Close(ctx)
+			return nil, fmt.Errorf("docker sandbox %s: %w", short(created.ID), err)
+		}
+	}
 	if cfg.ReadOnlyRoot || hostSys != nil {
 		// The workdir must exist; a writable root gets it from WorkingDir.
 		s.run(ctx, []string{"/bin/sh", "-c", `mkdir -p "$0"`, cfg.Workdir})
@@ -241,7 +291,12 @@ type Sandbox struct {
 	image   string
 	pids    int64
 	hostSys bool
+	binds   []string
 	keep    int
+	// user runs the commands; imageUser is the image's own ("0" if none),
+	// restored in snapshots since the container runs as KeeperUID.
+	user, imageUser string
+	egress          *egress
 
 	mu     sync.Mutex
 	closed bool
@@ -252,9 +307,17 @@ var _ sandbox.Snapshotter = (*Sandbox)(nil)
 // ContainerID is the container's ID.
 func (s *Sandbox) ContainerID() string { return s.id }
 
+// Image is the image the container was created from, and HostBinds the
+// host directories bound read-only into it (no image given): together what
+// a plain `docker run` of the same environment needs (bench/sandbox).
+func (s *Sandbox) Image() string { return s.image }
+
+// HostBinds: see Image.
+func (s *Sandbox) HostBinds() []string { return append([]string(nil), s.binds...) }
+
 // Report describes the isolation that applies.
 func (s *Sandbox) Report() sandbox.Report {
-	rep := sandbox.Report{Rung: Name, Isolation: sandbox.LevelContainer, Network: s.cfg.Policy.Network}
+	rep := sandbox.Report{Rung: Name, Isolation: sandbox.LevelContainer, Network: s.cfg.Policy.Network, ProxyAddr: s.cfg.Policy.ProxyAddr}
 	if mb := s.cfg.Limits.MemoryMB; mb > 0 {
 		rep.Limits = append(rep.Limits, fmt.Sprintf("memory %d MiB (no swap)", mb))
 	}
@@ -263,6 +326,7 @@ func (s *Sandbox) Report() sandbox.Report {
 		rep.Limits = append(rep.Limits, fmt.Sprintf("cpus %g", c))
 	}
 	rep.Limits = append(rep.Limits, "capabilities: none", "no-new-privileges")
+	rep.Notes = append(rep.Notes, fmt.Sprintf("commands run as user %q; init and the keeper process as uid %s, out of their reach", s.user, KeeperUID))
 	if s.cfg.ReadOnlyRoot {
 		rep.Limits = append(rep.Limits, "read-only root")
 	}
@@ -274,6 +338,9 @@ func (s *Sandbox) Report() sandbox.Report {
 		net = "default bridge network"
 	}
 	rep.Notes = append(rep.Notes, net, "container "+short(s.id)+" from image "+short(s.image))
+	if s.egress != nil {
+		rep.Notes = append(rep.Notes, "allowlist: HTTP(S)_PROXY=http://"+bridge.Listen+", a forwarder in the container relaying to the egress proxy's socket; nothing else leaves the container")
+	}
 	if s.hostSys {
 		rep.Notes = append(rep.Notes, "host /usr, /etc, /lib* bound read-only")
 	}
@@ -294,6 +361,9 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		return fmt.Errorf("removing docker container %s: %w", short(s.id), err)
 	}
 	s.closed = true
+	if err := s.egress.close(); err != nil {
+		return fmt.Errorf("removing docker sandbox %s proxy socket: %w", short(s.id), err)
+	}
 	return nil
 }
 
@@ -320,7 +390,19 @@ func (s *Sandbox) Snapshot(ctx context.Context) (sandbox.Layer, error) {
 	if err := s.usable(); err != nil {
 		return sandbox.Layer{}, err
 	}
-	resp, err := s.cli.ContainerCommit(ctx, s.id, container.CommitOptions{Pause: true, Comment: "evalsi snapshot"})
+	// The container runs as the keeper; the image keeps its own user. An
+	// allowlist container's proxy variables would point sandboxes restored
+	// without a forwarder at nothing: they are emptied.
+	changes := []string{"USER " + s.imageUser}
+	if s.egress != nil {
+		var kv []string
+		for k := range bridge.ProxyEnv() {
+			kv = append(kv, k+"=")
+		}
+		sort.Strings(kv)
+		changes = append(changes, "ENV "+strings.Join(kv, " "))
+	}
+	resp, err := s.cli.ContainerCommit(ctx, s.id, container.CommitOptions{Pause: true, Comment: "evalsi snapshot", Changes: changes})
 	if err != nil {
 		return sandbox.Layer{}, fmt.Errorf("snapshotting docker container %s: %w", short(s.id), err)
 	}
@@ -337,6 +419,18 @@ func (s *Sandbox) Snapshot(ctx context.Context) (sandbox.Layer, error) {
 		return sandbox.Layer{}, fmt.Errorf("snapshotting docker container %s: %w", short(s.id), err)
 	}
 	return sandbox.Layer{Ref: img}, nil
+}
+
+// imageUser is the user an image's config names, "0" when none.
+func imageUser(ctx context.Context, cli *client.Client, img string) (string, error) {
+	in, err := cli.ImageInspect(ctx, img)
+	if err != nil {
+		return "", fmt.Errorf("inspecting image %s: %w", short(img), err)
+	}
+	if in.Config != nil && in.Config.User != "" {
+		return in.Config.User, nil
+	}
+	return "0", nil
 }
 
 // commitWith copies a tar into dir of a temporary container made from

@@ -47,7 +47,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 
 	start := time.Now()
 	created, err := s.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
-		Cmd: req.Argv, Env: envList(req.Env), WorkingDir: wd, User: s.cfg.User,
+		Cmd: req.Argv, Env: envList(req.Env), WorkingDir: wd, User: s.user,
 		AttachStdin: true, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
@@ -156,9 +156,10 @@ func (s *Sandbox) inspectExited(ctx context.Context, execID string) (container.E
 	}
 }
 
-// sweepScript SIGKILLs every process but init, its sleep and itself, a few
-// rounds over so that forks in flight are caught.
-const sweepScript = `for r in 1 2 3; do for d in /proc/[0-9]*; do p=${d#/proc/}; case "$p" in 1|"$0"|"$$") ;; *) kill -9 "$p" 2>/dev/null ;; esac; done; done`
+// sweepScript SIGKILLs every process but init, the keeper and itself, a few
+// rounds over so that forks in flight are caught. Processes that are gone,
+// or are not the user's, make kill fail: that is expected.
+const sweepScript = `for r in 1 2 3; do for d in /proc/[0-9]*; do p=${d#/proc/}; case "$p" in 1|"$0"|"$$") ;; *) kill -9 "$p" 2>/dev/null ;; esac; done; done; exit 0`
 
 func (s *Sandbox) sweep(ctx context.Context) error {
 	var lastErr error
@@ -172,7 +173,9 @@ func (s *Sandbox) sweep(ctx context.Context) error {
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
-		out, code, err := s.run(ctx, []string{"/bin/sh", "-c", sweepScript, strconv.Itoa(s.keep)})
+		// As the commands' user: without CAP_KILL, root could not kill the
+		// processes of a non-root user, and nothing of the user's survives.
+		out, code, err := s.runAs(ctx, s.user, []string{"/bin/sh", "-c", sweepScript, strconv.Itoa(s.keep)})
 		if err == nil && code == 0 {
 			return nil
 		}
@@ -184,8 +187,13 @@ func (s *Sandbox) sweep(ctx context.Context) error {
 // run executes a helper command as root and returns its combined output
 // and exit code.
 func (s *Sandbox) run(ctx context.Context, argv []string) (string, int, error) {
+	return s.runAs(ctx, "0", argv)
+}
+
+// runAs executes a helper command as user.
+func (s *Sandbox) runAs(ctx context.Context, user string, argv []string) (string, int, error) {
 	created, err := s.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
-		Cmd: argv, User: "0", WorkingDir: "/", AttachStdout: true, AttachStderr: true,
+		Cmd: argv, User: user, WorkingDir: "/", AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
 		return "", -1, err
