@@ -1,0 +1,278 @@
+package telemetry
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"evals.si/engine"
+	"evals.si/spec"
+	"evals.si/trajectory"
+)
+
+// Attribute keys.
+const (
+	AttrRunID     = "evalsi.run_id"
+	AttrRunName   = "evalsi.run_name"
+	AttrRecordID  = "evalsi.record_id"
+	AttrTrial     = "evalsi.trial"
+	AttrTrialID   = "evalsi.trial_id"
+	AttrAttempt   = "evalsi.attempt"
+	AttrStep      = "evalsi.step"
+	AttrCostUSD   = "evalsi.cost_usd"
+	AttrStatus    = "evalsi.status"
+	AttrPassed    = "evalsi.passed"
+	AttrErrorKind = "evalsi.error_kind"
+	AttrExitCode  = "evalsi.exit_code"
+
+	AttrOperation    = "gen_ai.operation.name"
+	AttrModel        = "gen_ai.request.model"
+	AttrInputTokens  = "gen_ai.usage.input_tokens"
+	AttrOutputTokens = "gen_ai.usage.output_tokens"
+	AttrFinish       = "gen_ai.response.finish_reasons"
+	AttrToolName     = "gen_ai.tool.name"
+	AttrToolCallID   = "gen_ai.tool.call.id"
+)
+
+// WrapRecorder returns a recorder that records into next and, from what is
+// recorded, emits spans with tracer. Spans of a run are emitted only when
+// next succeeded in recording it.
+func WrapRecorder(next engine.Recorder, tracer trace.Tracer) engine.Recorder {
+	return &recorder{next: next, tracer: tracer, runs: map[string]*runSpan{}, trials: map[string]*trialSpan{}}
+}
+
+type recorder struct {
+	next   engine.Recorder
+	tracer trace.Tracer
+
+	mu     sync.Mutex
+	runs   map[string]*runSpan
+	trials map[string]*trialSpan
+}
+
+type runSpan struct {
+	ctx  context.Context // carries the run span
+	span trace.Span
+}
+
+type trialSpan struct {
+	ctx  context.Context // carries the trial span
+	span trace.Span
+	// ids are the identity attributes every span of the trial carries.
+	ids []attribute.KeyValue
+	// calls are tool calls waiting for their result, by call id.
+	calls map[string]pendingCall
+}
+
+type pendingCall struct {
+	call trajectory.ToolCall
+	at   time.Time
+	step int
+}
+
+func (r *recorder) StartRun(ctx context.Context, rs engine.RunStart) (string, error) {
+	id, err := r.next.StartRun(ctx, rs)
+	if err != nil {
+		return id, err
+	}
+	// The run is a root: a trace per run, whatever span the caller has.
+	sctx, span := r.tracer.Start(context.WithoutCancel(ctx), "evalsi.run "+rs.Name,
+		trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(
+			attribute.String(AttrRunID, id), attribute.String(AttrRunName, rs.Name),
+			attribute.String("evalsi.spec_path", rs.SpecPath),
+			attribute.Int("evalsi.records", rs.Records), attribute.Int("evalsi.trials_per_record", rs.Trials)))
+	r.mu.Lock()
+	r.runs[id] = &runSpan{ctx: sctx, span: span}
+	r.mu.Unlock()
+	return id, nil
+}
+
+func (r *recorder) FinishRun(ctx context.Context, runID, status string, sum *engine.Summary, errMsg string) error {
+	err := r.next.FinishRun(ctx, runID, status, sum, errMsg)
+	r.mu.Lock()
+	rs := r.runs[runID]
+	delete(r.runs, runID)
+	r.mu.Unlock()
+	if rs == nil {
+		return err
+	}
+	attrs := []attribute.KeyValue{attribute.String(AttrStatus, status)}
+	if sum != nil {
+		attrs = append(attrs, attribute.Int("evalsi.errored", sum.Errored), attribute.Float64(AttrCostUSD, sum.CostUSD),
+			attribute.Int("evalsi.tokens", sum.Tokens))
+		for name, v := range sum.Scores {
+			attrs = append(attrs, attribute.Float64("evalsi.score."+name, v))
+		}
+	}
+	rs.span.SetAttributes(attrs...)
+	switch {
+	case errMsg != "":
+		rs.span.SetStatus(codes.Error, errMsg)
+	case status != engine.StatusCompleted:
+		rs.span.SetStatus(codes.Error, "run "+status)
+	}
+	rs.span.End()
+	return err
+}
+
+func (r *recorder) StartTrial(ctx context.Context, runID string, rec spec.Record, trial, attempt int) (string, error) {
+	id, err := r.next.StartTrial(ctx, runID, rec, trial, attempt)
+	if err != nil {
+		return id, err
+	}
+	ids := []attribute.KeyValue{attribute.String(AttrRunID, runID), attribute.String(AttrRecordID, rec.ID), attribute.Int(AttrTrial, trial)}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	parent := context.WithoutCancel(ctx)
+	if rs := r.runs[runID]; rs != nil {
+		parent = rs.ctx
+	}
+	// A retry restarts the trial under the same id: the failed attempt's
+	// span ends here, marked as such.
+	if old := r.trials[id]; old != nil {
+		old.span.SetStatus(codes.Error, "attempt abandoned for a retry")
+		old.span.End()
+	}
+	sctx, span := r.tracer.Start(parent, "evalsi.trial "+rec.ID,
+		trace.WithAttributes(append(ids, attribute.String(AttrTrialID, id), attribute.Int(AttrAttempt, attempt))...))
+	r.trials[id] = &trialSpan{ctx: sctx, span: span, ids: ids, calls: map[string]pendingCall{}}
+	return id, nil
+}
+
+func (r *recorder) AppendEvent(ctx context.Context, trialID string, e trajectory.Event) error {
+	if err := r.next.AppendEvent(ctx, trialID, e); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ts := r.trials[trialID]
+	if ts == nil {
+		return nil
+	}
+	end := e.Time
+	if end.IsZero() {
+		end = time.Now()
+	}
+	start := end.Add(-time.Duration(e.DurationMS) * time.Millisecond)
+	attrs := append([]attribute.KeyValue{}, ts.ids...)
+	if e.Step > 0 {
+		attrs = append(attrs, attribute.Int(AttrStep, e.Step))
+	}
+	switch {
+	case e.Kind == trajectory.KindModelCall && e.ModelCall != nil:
+		mc := e.ModelCall
+		role := mc.Role
+		if role == "" {
+			role = "agent"
+		}
+		attrs = append(attrs, attribute.String(AttrOperation, "chat"), attribute.String(AttrModel, mc.Model),
+			attribute.Int(AttrInputTokens, mc.Usage.InputTokens), attribute.Int(AttrOutputTokens, mc.Usage.OutputTokens),
+			attribute.Float64(AttrCostUSD, mc.CostUSD), attribute.String("evalsi.model_role", role))
+		if mc.StopReason != "" {
+			attrs = append(attrs, attribute.StringSlice(AttrFinish, []string{mc.StopReason}))
+		}
+		r.span(ts, "chat "+mc.Model, trace.SpanKindClient, start, end, attrs, nil)
+
+	case e.Kind == trajectory.KindToolCall && e.ToolCall != nil:
+		ts.calls[e.ToolCall.ID] = pendingCall{call: *e.ToolCall, at: end, step: e.Step}
+
+	case e.Kind == trajectory.KindToolResult && e.ToolResult != nil:
+		tr := e.ToolResult
+		if pc, ok := ts.calls[tr.CallID]; ok {
+			delete(ts.calls, tr.CallID)
+			if e.DurationMS == 0 {
+				start = pc.at
+			}
+		}
+		attrs = append(attrs, attribute.String(AttrOperation, "execute_tool"), attribute.String(AttrToolName, tr.Name),
+			attribute.String(AttrToolCallID, tr.CallID))
+		if tr.ExitCode != nil {
+			attrs = append(attrs, attribute.Int(AttrExitCode, *tr.ExitCode))
+		}
+		if tr.Truncated {
+			attrs = append(attrs, attribute.Bool("evalsi.tool.truncated", true))
+		}
+		if tr.Fault != "" {
+			attrs = append(attrs, attribute.String("evalsi.tool.fault", tr.Fault))
+		}
+		var fail *string
+		if tr.IsError {
+			msg := "the tool reported an error"
+			fail = &msg
+		}
+		r.span(ts, "execute_tool "+tr.Name, trace.SpanKindInternal, start, end, attrs, fail)
+
+	case e.Kind == trajectory.KindChecker && e.Checker != nil:
+		c := e.Checker
+		attrs = append(attrs, attribute.Bool(AttrPassed, c.Pass), attribute.Float64("evalsi.checker.score", c.Score),
+			attribute.Int(AttrExitCode, c.ExitCode))
+		r.span(ts, "evalsi.checker", trace.SpanKindInternal, start, end, attrs, nil)
+
+	case e.Kind == trajectory.KindPolicy && e.Policy != nil:
+		ts.span.AddEvent("evalsi.policy", trace.WithTimestamp(end), trace.WithAttributes(
+			attribute.String("evalsi.policy.kind", e.Policy.Kind), attribute.String("evalsi.policy.host", e.Policy.Host),
+			attribute.String("evalsi.policy.detail", e.Policy.Detail)))
+
+	case e.Kind == trajectory.KindEscalation && e.Escalation != nil:
+		ts.span.AddEvent("evalsi.escalation", trace.WithTimestamp(end), trace.WithAttributes(
+			attribute.String("evalsi.escalation.kind", e.Escalation.Kind), attribute.Bool("evalsi.escalation.granted", e.Escalation.Granted)))
+
+	case e.Kind == trajectory.KindError && e.Error != nil:
+		ts.span.AddEvent("evalsi.error", trace.WithTimestamp(end), trace.WithAttributes(
+			attribute.String(AttrErrorKind, e.Error.Kind), attribute.String("evalsi.error.message", e.Error.Message)))
+
+	case e.Kind == trajectory.KindStop && e.Stop != nil:
+		ts.span.SetAttributes(attribute.String("evalsi.stop_reason", e.Stop.Reason))
+	}
+	return nil
+}
+
+// span records a finished child span of the trial. Tool arguments and
+// outputs are not attributes: they can be large and may hold what the
+// task's files hold; the store has them.
+func (r *recorder) span(ts *trialSpan, name string, kind trace.SpanKind, start, end time.Time, attrs []attribute.KeyValue, fail *string) {
+	_, s := r.tracer.Start(ts.ctx, name, trace.WithTimestamp(start), trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	if fail != nil {
+		s.SetStatus(codes.Error, *fail)
+	}
+	s.End(trace.WithTimestamp(end))
+}
+
+func (r *recorder) FinishTrial(ctx context.Context, trialID string, o *engine.Outcome) error {
+	err := r.next.FinishTrial(ctx, trialID, o)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ts := r.trials[trialID]
+	delete(r.trials, trialID)
+	if ts == nil {
+		return err
+	}
+	now := time.Now()
+	// A tool call with no result (the trial was cut short) still took time.
+	for _, pc := range ts.calls {
+		attrs := append(append([]attribute.KeyValue{}, ts.ids...), attribute.String(AttrOperation, "execute_tool"),
+			attribute.String(AttrToolName, pc.call.Name), attribute.String(AttrToolCallID, pc.call.ID), attribute.Int(AttrStep, pc.step))
+		msg := "no result was recorded"
+		r.span(ts, "execute_tool "+pc.call.Name, trace.SpanKindInternal, pc.at, now, attrs, &msg)
+	}
+	attrs := []attribute.KeyValue{attribute.String(AttrStatus, o.Status), attribute.Float64(AttrCostUSD, o.CostUSD),
+		attribute.Int(AttrInputTokens, o.Usage.InputTokens), attribute.Int(AttrOutputTokens, o.Usage.OutputTokens)}
+	if o.Verdict != nil {
+		attrs = append(attrs, attribute.Bool(AttrPassed, o.Verdict.Pass))
+	}
+	for _, s := range o.Scores() {
+		attrs = append(attrs, attribute.Float64("evalsi.score."+s.Name, s.Value))
+	}
+	ts.span.SetAttributes(attrs...)
+	if o.Status == engine.TrialErrored {
+		ts.span.SetAttributes(attribute.String(AttrErrorKind, o.ErrorKind))
+		ts.span.SetStatus(codes.Error, o.ErrorKind+": "+o.Error)
+	}
+	ts.span.End(trace.WithTimestamp(now))
+	return err
+}

@@ -1,0 +1,112 @@
+// Package telemetry exports runs as OpenTelemetry traces: a span per run,
+// a child span per trial, and under each trial a span per model call, tool
+// call and checker run. Spans are built from the trajectory events as the
+// engine records them (an event's time is when its step ended, DurationMS
+// how long it took), so no agent, connector or sandbox code knows about
+// OTel; the trace is one more reader of the event stream.
+//
+// Export is configured by the standard OTLP variables and is off unless an
+// endpoint is set: OTEL_EXPORTER_OTLP_ENDPOINT or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, with OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL
+// http/protobuf (default) or grpc, and the exporters' other
+// OTEL_EXPORTER_OTLP_* variables (headers, timeout, compression, TLS).
+// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES name the resource;
+// OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none turn export off.
+//
+// Span names and attributes follow the GenAI semantic conventions where
+// they apply (gen_ai.operation.name, gen_ai.request.model,
+// gen_ai.usage.input_tokens, gen_ai.tool.name); evals.si's own are under
+// evalsi.* (evalsi.run_id, evalsi.record_id, evalsi.trial).
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"evals.si/engine"
+)
+
+// TracerName is the instrumentation scope of evals.si's spans.
+const TracerName = "evals.si/telemetry"
+
+// Enabled reports whether the environment asks for trace export: an OTLP
+// endpoint is set and the SDK is not disabled.
+func Enabled(getenv func(string) string) bool {
+	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") || strings.EqualFold(getenv("OTEL_TRACES_EXPORTER"), "none") {
+		return false
+	}
+	return getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
+}
+
+// NewProvider builds a tracer provider that batches spans to the OTLP
+// exporter the environment configures. Shut it down to flush.
+func NewProvider(ctx context.Context, getenv func(string) string) (*sdktrace.TracerProvider, error) {
+	proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if proto == "" {
+		proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	var (
+		exp sdktrace.SpanExporter
+		err error
+	)
+	switch proto {
+	case "", "http/protobuf":
+		exp, err = otlptracehttp.New(ctx)
+	case "grpc":
+		exp, err = otlptracegrpc.New(ctx)
+	default:
+		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q is not supported: use http/protobuf or grpc", proto)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating the OTLP trace exporter (%s): %w", protoName(proto), err)
+	}
+	// Later options win: the environment may rename the service.
+	res, err := resource.New(ctx,
+		resource.WithAttributes(attribute.String("service.name", "evalsi")),
+		resource.WithTelemetrySDK(),
+		resource.WithFromEnv(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("describing the OTel resource (check OTEL_RESOURCE_ATTRIBUTES): %w", err)
+	}
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
+}
+
+func protoName(p string) string {
+	if p == "" {
+		return "http/protobuf"
+	}
+	return p
+}
+
+// Wrap returns next unchanged when the environment (os.Getenv) asks for no
+// trace export. Otherwise it returns a recorder that also exports spans, and
+// a function that flushes and stops the exporter; call it when the run ends.
+func Wrap(ctx context.Context, next engine.Recorder) (engine.Recorder, func(context.Context) error, error) {
+	if !Enabled(os.Getenv) {
+		return next, func(context.Context) error { return nil }, nil
+	}
+	tp, err := NewProvider(ctx, os.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	shutdown := func(ctx context.Context) error {
+		// An unreachable collector must not hold the command up for long.
+		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		if err := tp.Shutdown(ctx); err != nil {
+			return fmt.Errorf("flushing OTel spans: %w", err)
+		}
+		return nil
+	}
+	return WrapRecorder(next, tp.Tracer(TracerName)), shutdown, nil
+}

@@ -1,0 +1,553 @@
+package web
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"evals.si/engine"
+	"evals.si/report"
+	"evals.si/store"
+	"evals.si/trajectory"
+)
+
+// Paging and size limits of the API.
+const (
+	// DefaultEventPage is how many events /api/trials/{id}/events returns
+	// when no limit is given; MaxEventPage caps the limit.
+	DefaultEventPage = 500
+	MaxEventPage     = 5000
+	// maxInlineDiff is how much of a trial's diff the trial endpoint
+	// inlines; the artifact endpoint serves it whole.
+	maxInlineDiff = 1 << 20
+	// checkerTail is how many of a trial's last events are searched for the
+	// checker's verdict (the checker runs at the end of a trial).
+	checkerTail = 200
+	// maxRuns caps the runs list.
+	maxRuns = 1000
+)
+
+// runView is a run as the API shows it.
+type runView struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name"`
+	Status     string     `json:"status"`
+	SpecPath   string     `json:"spec_path,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	// From the run's summary when it finished; live counts while running.
+	Records int                `json:"records"`
+	Trials  int                `json:"trials"`
+	Done    int                `json:"done"`
+	Errored int                `json:"errored"`
+	Scores  map[string]float64 `json:"scores,omitempty"`
+	CostUSD float64            `json:"cost_usd"`
+	Tokens  int                `json:"tokens"`
+}
+
+func newRunView(r store.Run, sum *engine.Summary) runView {
+	v := runView{ID: r.ID, Name: r.Name, Status: r.Status, SpecPath: r.SpecPath, CreatedAt: r.CreatedAt, Error: r.Error}
+	if !r.FinishedAt.IsZero() {
+		t := r.FinishedAt
+		v.FinishedAt = &t
+	}
+	if sum != nil {
+		v.Records, v.Trials, v.Errored, v.Scores = sum.Records, sum.Trials, sum.Errored, sum.Scores
+		v.Done, v.CostUSD, v.Tokens = sum.Trials, sum.CostUSD, sum.Tokens
+	}
+	return v
+}
+
+func decodeSummary(r store.Run) *engine.Summary {
+	if len(r.Summary) == 0 {
+		return nil
+	}
+	var s engine.Summary
+	if json.Unmarshal(r.Summary, &s) != nil {
+		return nil
+	}
+	return &s
+}
+
+// liveCounts fills a running run's counts from its trials.
+func liveCounts(v *runView, trials []store.Trial) {
+	records := map[string]bool{}
+	v.Trials, v.Done, v.Errored, v.CostUSD, v.Tokens = len(trials), 0, 0, 0, 0
+	for _, t := range trials {
+		records[t.RecordID] = true
+		if !t.Unfinished() {
+			v.Done++
+		}
+		if t.Status == store.TrialErrored {
+			v.Errored++
+		}
+		v.CostUSD += t.CostUSD
+		v.Tokens += t.Usage.Total()
+	}
+	v.Records = len(records)
+}
+
+func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	opt := store.ListRunsOptions{Status: q.Get("status"), Name: q.Get("name"), Limit: maxRuns}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n <= 0 {
+			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("limit %q: want a positive integer", l))
+			return
+		}
+		opt.Limit = min(n, maxRuns)
+	}
+	runs, err := s.store.ListRuns(r.Context(), opt)
+	if err != nil {
+		if opt.Status != "" {
+			s.fail(w, r, http.StatusBadRequest, err)
+			return
+		}
+		s.failStore(w, r, err)
+		return
+	}
+	out := make([]runView, 0, len(runs))
+	for _, run := range runs {
+		v := newRunView(run, decodeSummary(run))
+		if run.Status == store.RunRunning {
+			if trials, err := s.store.ListTrials(r.Context(), run.ID); err == nil {
+				liveCounts(&v, trials)
+			}
+		}
+		out = append(out, v)
+	}
+	s.writeJSON(w, r, map[string]any{"runs": out})
+}
+
+// trialView is a trial as the API shows it; Record and Output are left to
+// the trial endpoint.
+type trialView struct {
+	ID         string           `json:"id"`
+	RunID      string           `json:"run_id"`
+	RecordID   string           `json:"record_id"`
+	Trial      int              `json:"trial"`
+	Attempt    int              `json:"attempt"`
+	Status     string           `json:"status"`
+	Passed     *bool            `json:"passed"`
+	ErrorKind  string           `json:"error_kind,omitempty"`
+	Error      string           `json:"error,omitempty"`
+	Usage      trajectory.Usage `json:"usage"`
+	CostUSD    float64          `json:"cost_usd"`
+	StartedAt  *time.Time       `json:"started_at,omitempty"`
+	FinishedAt *time.Time       `json:"finished_at,omitempty"`
+	DurationMS int64            `json:"duration_ms,omitempty"`
+	Scores     []scoreView      `json:"scores"`
+}
+
+type scoreView struct {
+	Name    string          `json:"name"`
+	Value   float64         `json:"value"`
+	Details json.RawMessage `json:"details,omitempty"`
+}
+
+func newTrialView(t store.Trial, scores []store.Score, details bool) trialView {
+	v := trialView{ID: t.ID, RunID: t.RunID, RecordID: t.RecordID, Trial: t.Trial, Attempt: t.Attempt, Status: t.Status,
+		Passed: t.Passed, ErrorKind: t.ErrorKind, Error: t.Error, Usage: t.Usage, CostUSD: t.CostUSD, Scores: []scoreView{}}
+	if !t.StartedAt.IsZero() {
+		st := t.StartedAt
+		v.StartedAt = &st
+		if !t.FinishedAt.IsZero() {
+			ft := t.FinishedAt
+			v.FinishedAt = &ft
+			v.DurationMS = ft.Sub(st).Milliseconds()
+		}
+	}
+	for _, sc := range scores {
+		sv := scoreView{Name: sc.Name, Value: sc.Value}
+		if details {
+			sv.Details = sc.Details
+		}
+		v.Scores = append(v.Scores, sv)
+	}
+	return v
+}
+
+// runDetailView is the run page's data.
+type runDetailView struct {
+	Run  runView         `json:"run"`
+	Spec json.RawMessage `json:"spec"`
+	// Evaluators is the per-evaluator score table: from the summary of a
+	// finished run, computed from the trials so far while it runs.
+	Evaluators []evaluatorView `json:"evaluators"`
+	PassAtK    []passKView     `json:"pass_at_k,omitempty"`
+	Records    []recordView    `json:"records"`
+	// Errors groups errored trials by error kind.
+	Errors []errorGroup `json:"errors"`
+	// Isolation lists the distinct isolation reports of the run's trials.
+	Isolation []isolationGroup `json:"isolation"`
+	Elapsed   float64          `json:"elapsed_seconds"`
+}
+
+type evaluatorView struct {
+	Name    string     `json:"name"`
+	Errored int        `json:"errored"`
+	Scores  []meanView `json:"scores"`
+}
+
+type meanView struct {
+	Name string  `json:"name"`
+	Mean float64 `json:"mean"`
+	N    int     `json:"n"`
+}
+
+type passKView struct {
+	Kind    string  `json:"kind"` // pass@k or pass^k
+	K       int     `json:"k"`
+	Value   float64 `json:"value"`
+	Records int     `json:"records"`
+}
+
+type recordView struct {
+	RecordID string      `json:"record_id"`
+	Trials   []trialView `json:"trials"`
+}
+
+type errorGroup struct {
+	Kind   string       `json:"kind"`
+	Count  int          `json:"count"`
+	Trials []errorTrial `json:"trials"`
+}
+
+type errorTrial struct {
+	TrialID  string `json:"trial_id"`
+	RecordID string `json:"record_id"`
+	Trial    int    `json:"trial"`
+	Error    string `json:"error"`
+}
+
+type isolationGroup struct {
+	Report json.RawMessage `json:"report"`
+	Trials int             `json:"trials"`
+}
+
+func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	run, err := s.store.GetRun(ctx, r.PathValue("id"))
+	if err != nil {
+		s.failStore(w, r, err)
+		return
+	}
+	trials, err := s.store.ListTrials(ctx, run.ID)
+	if err != nil {
+		s.failStore(w, r, err)
+		return
+	}
+	scores, err := s.store.Scores(ctx, run.ID)
+	if err != nil {
+		s.failStore(w, r, err)
+		return
+	}
+	sum := decodeSummary(run)
+	d := runDetailView{Run: newRunView(run, sum), Spec: run.Spec, Records: []recordView{}, Errors: []errorGroup{}, Isolation: []isolationGroup{}}
+	if sum == nil || run.Status == store.RunRunning {
+		liveCounts(&d.Run, trials)
+	}
+	if sum != nil && run.Status != store.RunRunning {
+		d.Elapsed = sum.Elapsed
+		for _, e := range sum.Aggregate.Evaluators {
+			ev := evaluatorView{Name: e.Name, Errored: e.Errored, Scores: []meanView{}}
+			for _, m := range e.Scores {
+				ev.Scores = append(ev.Scores, meanView{Name: m.Name, Mean: m.Mean, N: m.N})
+			}
+			d.Evaluators = append(d.Evaluators, ev)
+		}
+		for _, p := range sum.Aggregate.PassAtK {
+			d.PassAtK = append(d.PassAtK, passKView{Kind: "pass@k", K: p.K, Value: p.Value, Records: p.Records})
+		}
+		for _, p := range sum.Aggregate.PassHatK {
+			d.PassAtK = append(d.PassAtK, passKView{Kind: "pass^k", K: p.K, Value: p.Value, Records: p.Records})
+		}
+	} else {
+		d.Elapsed = time.Since(run.CreatedAt).Seconds()
+		d.Evaluators = liveMeans(trials, scores)
+	}
+	if d.Evaluators == nil {
+		d.Evaluators = []evaluatorView{}
+	}
+
+	errs := map[string]*errorGroup{}
+	iso := map[string]*isolationGroup{}
+	var isoOrder []string
+	for _, t := range trials {
+		if n := len(d.Records); n == 0 || d.Records[n-1].RecordID != t.RecordID {
+			d.Records = append(d.Records, recordView{RecordID: t.RecordID})
+		}
+		rec := &d.Records[len(d.Records)-1]
+		rec.Trials = append(rec.Trials, newTrialView(t, scores[t.ID], false))
+		if t.Status == store.TrialErrored {
+			kind := t.ErrorKind
+			if kind == "" {
+				kind = "unknown"
+			}
+			g := errs[kind]
+			if g == nil {
+				g = &errorGroup{Kind: kind}
+				errs[kind] = g
+			}
+			g.Count++
+			g.Trials = append(g.Trials, errorTrial{TrialID: t.ID, RecordID: t.RecordID, Trial: t.Trial, Error: t.Error})
+		}
+		if len(t.Isolation) > 0 {
+			key := string(t.Isolation)
+			if iso[key] == nil {
+				iso[key] = &isolationGroup{Report: t.Isolation}
+				isoOrder = append(isoOrder, key)
+			}
+			iso[key].Trials++
+		}
+	}
+	for _, g := range errs {
+		d.Errors = append(d.Errors, *g)
+	}
+	sort.Slice(d.Errors, func(i, j int) bool {
+		if d.Errors[i].Count != d.Errors[j].Count {
+			return d.Errors[i].Count > d.Errors[j].Count
+		}
+		return d.Errors[i].Kind < d.Errors[j].Kind
+	})
+	for _, k := range isoOrder {
+		d.Isolation = append(d.Isolation, *iso[k])
+	}
+	s.writeJSON(w, r, d)
+}
+
+// liveMeans is the score table of a run in progress: one row per score,
+// mean over the trials scored so far.
+func liveMeans(trials []store.Trial, scores map[string][]store.Score) []evaluatorView {
+	sum, n := map[string]float64{}, map[string]int{}
+	for _, t := range trials {
+		for _, sc := range scores[t.ID] {
+			sum[sc.Name] += sc.Value
+			n[sc.Name]++
+		}
+	}
+	names := make([]string, 0, len(sum))
+	for k := range sum {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	out := make([]evaluatorView, 0, len(names))
+	for _, k := range names {
+		out = append(out, evaluatorView{Name: k, Scores: []meanView{{Name: k, Mean: sum[k] / float64(n[k]), N: n[k]}}})
+	}
+	return out
+}
+
+// trialDetailView is the trial page's data; the events come separately.
+type trialDetailView struct {
+	Trial     trialView       `json:"trial"`
+	Run       runView         `json:"run"`
+	Record    json.RawMessage `json:"record,omitempty"`
+	Output    string          `json:"output"`
+	Isolation json.RawMessage `json:"isolation,omitempty"`
+	Events    int             `json:"events"`
+	Artifacts []artifactView  `json:"artifacts"`
+	Diff      string          `json:"diff"`
+	// DiffTruncated is set when Diff holds only the first maxInlineDiff
+	// bytes; the artifact endpoint serves all of it.
+	DiffTruncated bool                `json:"diff_truncated,omitempty"`
+	Checker       *trajectory.Checker `json:"checker,omitempty"`
+}
+
+type artifactView struct {
+	Name      string `json:"name"`
+	Size      int64  `json:"size"`
+	MediaType string `json:"media_type"`
+}
+
+func (s *Server) apiTrial(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	t, err := s.store.GetTrial(ctx, r.PathValue("id"))
+	if err != nil {
+		s.failStore(w, r, err)
+		return
+	}
+	run, err := s.store.GetRun(ctx, t.RunID)
+	if err != nil {
+		s.failStore(w, r, err)
+		return
+	}
+	scores, err := s.store.TrialScores(ctx, t.ID)
+	if err != nil {
+		s.failStore(w, r, err)
+		return
+	}
+	n, err := s.store.CountEvents(ctx, t.ID)
+	if err != nil {
+		s.failStore(w, r, err)
+		return
+	}
+	arts, err := s.store.Artifacts(ctx, t.ID)
+	if err != nil {
+		s.failStore(w, r, err)
+		return
+	}
+	d := trialDetailView{Trial: newTrialView(t, scores, true), Run: newRunView(run, nil), Record: t.Record,
+		Output: t.Output, Isolation: t.Isolation, Events: n, Artifacts: []artifactView{}}
+	for _, a := range arts {
+		d.Artifacts = append(d.Artifacts, artifactView{Name: a.Name, Size: a.Size, MediaType: a.MediaType})
+		if a.Name == "diff.patch" {
+			if d.Diff, d.DiffTruncated, err = s.readArtifact(r, a, maxInlineDiff); err != nil {
+				s.failStore(w, r, err)
+				return
+			}
+		}
+	}
+	// Seqs are dense from 1, so the last events are after n-checkerTail.
+	tail, err := s.store.Events(ctx, t.ID, max(0, n-checkerTail), 0)
+	if err != nil {
+		s.failStore(w, r, err)
+		return
+	}
+	for i := len(tail) - 1; i >= 0; i-- {
+		if tail[i].Kind == trajectory.KindChecker && tail[i].Checker != nil {
+			d.Checker = tail[i].Checker
+			break
+		}
+	}
+	s.writeJSON(w, r, d)
+}
+
+// readArtifact reads at most limit bytes of an artifact as text, cut at a
+// rune boundary.
+func (s *Server) readArtifact(r *http.Request, a store.Artifact, limit int) (string, bool, error) {
+	rc, err := s.store.OpenBlob(r.Context(), a.Digest)
+	if err != nil {
+		return "", false, fmt.Errorf("opening artifact %s of trial %s: %w", a.Name, a.TrialID, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, int64(limit)+1))
+	if err != nil {
+		return "", false, fmt.Errorf("reading artifact %s of trial %s: %w", a.Name, a.TrialID, err)
+	}
+	truncated := len(b) > limit
+	if truncated {
+		b = b[:limit]
+		// Drop a multi-byte character the cut split (at most 3 bytes).
+		for i := 0; i < 3 && len(b) > 0; i++ {
+			if r, size := utf8.DecodeLastRune(b); r != utf8.RuneError || size > 1 {
+				break
+			}
+			b = b[:len(b)-1]
+		}
+	}
+	return string(b), truncated, nil
+}
+
+// eventsPage is one page of a trial's events. Next is the after= of the
+// next page; More says whether there may be one (a trial still running may
+// grow past it).
+type eventsPage struct {
+	Events []trajectory.Event `json:"events"`
+	Next   int                `json:"next"`
+	More   bool               `json:"more"`
+}
+
+func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	after, limit := 0, DefaultEventPage
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("after %q: want a non-negative event seq", v))
+			return
+		}
+		after = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 || n > MaxEventPage {
+			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("limit %q: want 1 to %d", v, MaxEventPage))
+			return
+		}
+		limit = n
+	}
+	id := r.PathValue("id")
+	t, err := s.store.GetTrial(r.Context(), id)
+	if err != nil {
+		s.failStore(w, r, err)
+		return
+	}
+	evs, err := s.store.Events(r.Context(), t.ID, after, limit)
+	if err != nil {
+		s.failStore(w, r, err)
+		return
+	}
+	p := eventsPage{Events: evs, Next: after, More: len(evs) == limit}
+	if p.Events == nil {
+		p.Events = []trajectory.Event{}
+	}
+	if len(evs) > 0 {
+		p.Next = evs[len(evs)-1].Seq
+	}
+	s.writeJSON(w, r, p)
+}
+
+func (s *Server) apiArtifact(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	t, err := s.store.GetTrial(ctx, r.PathValue("id"))
+	if err != nil {
+		s.failStore(w, r, err)
+		return
+	}
+	arts, err := s.store.Artifacts(ctx, t.ID)
+	if err != nil {
+		s.failStore(w, r, err)
+		return
+	}
+	name := r.PathValue("name")
+	for _, a := range arts {
+		if a.Name != name {
+			continue
+		}
+		rc, err := s.store.OpenBlob(ctx, a.Digest)
+		if err != nil {
+			s.failStore(w, r, err)
+			return
+		}
+		defer rc.Close()
+		// Artifacts are agent-made content: serve them as plain text (or
+		// JSON), never as something the browser would run.
+		ct := "text/plain; charset=utf-8"
+		if a.MediaType == "application/json" {
+			ct = "application/json"
+		}
+		w.Header().Set("Content-Type", ct)
+		w.Header().Set("Content-Length", strconv.FormatInt(a.Size, 10))
+		w.Header().Set("Content-Security-Policy", "sandbox")
+		if _, err := io.Copy(w, bufio.NewReader(rc)); err != nil {
+			s.logger.Debug("serving artifact", "trial", t.ID, "name", name, "err", err)
+		}
+		return
+	}
+	s.fail(w, r, http.StatusNotFound, fmt.Errorf("trial %s has no artifact %q", t.ID, name))
+}
+
+func (s *Server) apiCompare(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	base, head := q.Get("base"), q.Get("head")
+	if base == "" || head == "" {
+		s.fail(w, r, http.StatusBadRequest, errors.New("compare needs ?base=RUN&head=RUN"))
+		return
+	}
+	c, err := report.CompareRuns(r.Context(), s.store, base, head, report.CompareOptions{PassScore: q.Get("by")})
+	if err != nil {
+		s.failStore(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, c)
+}
