@@ -21,9 +21,11 @@ import (
 	"evals.si/sandbox/docker"
 	"evals.si/sandbox/host"
 	"evals.si/sandbox/landlock"
+	"evals.si/sandbox/smolvm"
 	"evals.si/sandbox/vmprobe"
 	"evals.si/spec"
 	"evals.si/store"
+	"evals.si/telemetry"
 )
 
 // Options configure an embedded App.
@@ -55,7 +57,7 @@ type App struct {
 func Rungs(logger *slog.Logger) []sandbox.Rung {
 	return []sandbox.Rung{
 		vmprobe.Firecracker(),
-		vmprobe.SmolVM(),
+		smolvm.New(smolvm.Options{}),
 		bwrap.New(bwrap.Options{}),
 		landlock.New(),
 		docker.New(),
@@ -106,7 +108,7 @@ func Open(ctx context.Context, o Options) (*App, error) {
 		images:   imgs,
 		rungs:    rungs,
 		envs:     environment.NewManager(imgs, rungs, sbDir, o.Logger),
-		datasets: dataset.NewRegistry(),
+		datasets: benchDatasets(),
 		logger:   o.Logger,
 		stateDir: stateDir,
 		getenv:   o.Getenv,
@@ -142,7 +144,18 @@ func (a *App) Run(ctx context.Context, f *spec.File, o RunOptions) (*engine.Summ
 	if err != nil {
 		return nil, err
 	}
-	e := &engine.Engine{Recorder: &recorder{store: a.store}, Logger: a.logger, OnProgress: o.OnProgress}
+	// With OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, the run is also
+	// exported as spans; otherwise rec is the store recorder itself.
+	rec, stopTracing, err := telemetry.Wrap(ctx, &recorder{store: a.store})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := stopTracing(context.WithoutCancel(ctx)); err != nil {
+			a.logger.Warn("exporting the run's spans", "err", err)
+		}
+	}()
+	e := &engine.Engine{Recorder: rec, Logger: a.logger, OnProgress: o.OnProgress}
 	return e.Run(ctx, plan)
 }
 

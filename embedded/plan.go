@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"evals.si/agent"
 	"evals.si/agent/builtin"
+	"evals.si/agent/oracle"
 	"evals.si/checker"
 	"evals.si/engine"
 	"evals.si/evaluate"
@@ -27,6 +29,7 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 		return nil, SpecError{f.Errorf("dataset", "the dataset has no records")}
 	}
 	mopts := model.Options{Getenv: a.getenv, Logger: a.logger, BaseDir: f.Dir}
+	lims := newProviderLimits(s.Concurrency)
 
 	evalCfgs := s.Evaluators
 	if len(evalCfgs) == 0 {
@@ -34,7 +37,7 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 	}
 	var judge model.Connector
 	if s.Judge != nil {
-		judge, err = model.New(*s.Judge, mopts)
+		judge, err = model.New(*s.Judge, lims.options(mopts, *s.Judge))
 		if err != nil {
 			return nil, SpecError{f.Errorf("judge", "judge: %v", err)}
 		}
@@ -49,18 +52,19 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 	}
 	p := &engine.Plan{
 		Name:       s.Name,
-		SpecPath:   f.Path,
+		SpecPath:   specPath(f),
 		Spec:       s,
 		Records:    records,
 		Evaluators: evalCfgs,
 		Pass:       passScore(evalCfgs),
+		Providers:  lims.states,
 	}
 	if p.Name == "" {
 		p.Name = strings.TrimSuffix(filepath.Base(f.Path), filepath.Ext(f.Path))
 	}
 	pricing := model.DefaultPricing()
 	if !s.IsAgentRun() {
-		target, err := model.New(s.Target.ModelRef, mopts)
+		target, err := model.New(s.Target.ModelRef, lims.options(mopts, s.Target.ModelRef))
 		if err != nil {
 			return nil, SpecError{f.Errorf("target", "target: %v", err)}
 		}
@@ -68,7 +72,7 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 		return p, nil
 	}
 
-	if s.Target.Agent != nil {
+	if s.Target.Agent != nil && s.Target.Agent.Oracle == nil {
 		return nil, SpecError{f.Errorf("target.agent", "target.agent is not supported by this build yet; use the built-in agent (target: {connector, model} with harness: {builtin: {}})")}
 	}
 	if s.Harness != nil && s.Harness.External != nil {
@@ -85,11 +89,24 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 		return nil, err
 	}
 	pricing = pricing.Merge(cfg.Pricing)
-	conn, err := model.New(s.Target.ModelRef, mopts)
-	if err != nil {
-		return nil, SpecError{f.Errorf("target", "target: %v", err)}
+	var ag agent.Agent
+	if s.Target.Agent != nil && s.Target.Agent.Oracle != nil {
+		ag = oracle.New(records)
+	} else {
+		conn, err := model.New(s.Target.ModelRef, lims.options(mopts, s.Target.ModelRef))
+		if err != nil {
+			return nil, SpecError{f.Errorf("target", "target: %v", err)}
+		}
+		b := builtin.New(engine.TimedConnector(conn), s.Target.Model, cfg, pricing, a.logger)
+		// Resolve the tool-call protocol now (auto probes the endpoint once),
+		// so forcing native where it is unsupported fails before any trial.
+		if _, err := b.Protocol(ctx); err != nil {
+			return nil, SpecError{f.Errorf("harness.builtin.tool_call_mode", "%v", err)}
+		}
+		ag = b
 	}
 	checkers := checker.NewRegistry()
+	registerBenchParsers(checkers)
 	if env := s.Environment; env != nil && env.Checker != nil {
 		if err := checkParser(checkers, env.Checker.Parser); err != nil {
 			return nil, SpecError{f.Errorf("environment.checker.parser", "%v", err)}
@@ -98,7 +115,7 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 	p.Runner = &engine.AgentRunner{
 		Spec:       s,
 		Envs:       a.envs,
-		Agent:      builtin.New(conn, s.Target.Model, cfg, pricing, a.logger),
+		Agent:      ag,
 		Checkers:   checkers,
 		Evaluators: evals,
 		Logger:     a.logger,
@@ -118,8 +135,6 @@ func unsupportedBuiltin(f *spec.File, cfg spec.Builtin) error {
 		field = "harness.builtin.user_simulator"
 	case cfg.Recording != nil:
 		field = "harness.builtin.recording"
-	case cfg.ToolCallMode != "" && cfg.ToolCallMode != "native" && cfg.ToolCallMode != "auto":
-		field = "harness.builtin.tool_call_mode"
 	}
 	if field == "" {
 		return nil

@@ -50,7 +50,9 @@ func (r *recorder) StartTrial(ctx context.Context, runID string, rec spec.Record
 	if err != nil {
 		return "", err
 	}
-	if !t.Unfinished() || attempt > 0 {
+	// A trial left running by a killed process has a partial trajectory:
+	// rerun it from the start, as resume promises.
+	if t.Status != store.TrialPending || attempt > 0 {
 		if _, err := r.store.ResetTrial(ctx, t.ID); err != nil {
 			return "", err
 		}
@@ -85,6 +87,11 @@ func (r *recorder) FinishTrial(ctx context.Context, trialID string, o *engine.Ou
 	}
 	if evs := evalErrors(o); evs != nil {
 		if _, err := r.store.PutArtifact(ctx, trialID, "evaluator-errors.json", "application/json", bytes.NewReader(evs)); err != nil {
+			return err
+		}
+	}
+	if o.Status != engine.TrialErrored {
+		if err := putEvaluations(ctx, r.store, trialID, o); err != nil {
 			return err
 		}
 	}

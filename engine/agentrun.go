@@ -42,7 +42,10 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 	if env == nil {
 		env = &spec.Environment{}
 	}
+	m := meterFrom(ctx)
+	prepStart := time.Now()
 	prep, err := r.Envs.Prepare(ctx, env)
+	m.lifecycleSince(prepStart)
 	if err != nil {
 		return nil, envErr(err)
 	}
@@ -56,10 +59,15 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 		defer proxy.Close()
 		pol.ProxyAddr = proxy.UnixAddr()
 	}
-	sb, err := prep.NewSandbox(ctx, pol)
+	createStart := time.Now()
+	raw, err := prep.NewSandbox(ctx, pol)
+	m.lifecycleSince(createStart)
 	if err != nil {
 		return nil, envErr(err)
 	}
+	// The agent, the diff and the checker use the timed sandbox; policy
+	// changes (escalation) go to the sandbox itself.
+	sb := timedSandbox{Sandbox: raw, m: m}
 	defer sb.Close(context.WithoutCancel(ctx))
 	report := sb.Report()
 	iso, _ := json.Marshal(report)
@@ -73,7 +81,7 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 		Workdir:        prep.Workdir,
 		CommandTimeout: env.CommandTimeout.D(),
 		Emit:           tc.Emit,
-		Escalate:       r.escalate(sb, pol),
+		Escalate:       r.escalate(raw, pol),
 	}
 	if tc.Record.Input.Messages != nil {
 		task.Input = inputMessages(tc.Record.Input)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"evals.si/evaluate"
+	"evals.si/model"
 	"evals.si/spec"
 	"evals.si/trajectory"
 )
@@ -73,6 +74,8 @@ type Outcome struct {
 	Isolation   json.RawMessage
 	Started     time.Time
 	Finished    time.Time
+	// Timing splits the attempt's wall time (model, sandbox, engine).
+	Timing Timing
 }
 
 // TrialRunner runs one attempt of one trial. An error return is an
@@ -104,6 +107,8 @@ type Progress struct {
 	Elapsed                       time.Duration
 	// Last is the trial that just finished.
 	Last *Outcome
+	// Providers are the model providers' adaptive concurrency limits.
+	Providers []model.LimiterState
 }
 
 // Engine runs specs.
@@ -126,6 +131,22 @@ type Plan struct {
 	Evaluators []spec.Evaluator
 	// Pass names the score that counts as passing in live progress.
 	Pass string
+	// Resume, when set, continues an existing run instead of starting one.
+	Resume *Resume
+	// Providers, when set, reports the model providers' adaptive limits
+	// for live progress.
+	Providers func() []model.LimiterState
+}
+
+// Resume continues a run that was interrupted or killed. The caller has
+// put the run back in status running and reads its finished trials back;
+// the engine runs every other (record, trial) of the plan from the start
+// and aggregates old and new outcomes together, each counted once.
+type Resume struct {
+	RunID string
+	// Done are the outcomes of the run's finished (completed or errored)
+	// trials, kept as they are.
+	Done []*Outcome
 }
 
 // Summary is a finished run's report.
@@ -151,6 +172,11 @@ type job struct {
 	trial  int
 }
 
+type trialKey struct {
+	record string
+	trial  int
+}
+
 // Run executes the plan. It returns the summary even when ctx is canceled
 // (status interrupted); an error means the run could not be recorded.
 func (e *Engine) Run(ctx context.Context, p *Plan) (*Summary, error) {
@@ -168,23 +194,46 @@ func (e *Engine) Run(ctx context.Context, p *Plan) (*Summary, error) {
 	if timeout <= 0 {
 		timeout = 30 * time.Minute
 	}
-	specJSON, err := json.Marshal(s)
-	if err != nil {
-		return nil, fmt.Errorf("encoding spec: %w", err)
-	}
-	runID, err := e.Recorder.StartRun(ctx, RunStart{Name: p.Name, SpecPath: p.SpecPath, Spec: specJSON, Records: len(p.Records), Trials: trials})
-	if err != nil {
-		return nil, fmt.Errorf("recording run start: %w", err)
+	var (
+		runID string
+		done  = map[trialKey]bool{}
+		// outcomes holds every finished trial of the run, earlier ones
+		// (resume) first.
+		outcomes []*Outcome
+		prog     = Progress{Total: len(p.Records) * trials}
+	)
+	if r := p.Resume; r != nil {
+		runID = r.RunID
+		for _, o := range r.Done {
+			k := trialKey{o.RecordID, o.Trial}
+			if done[k] {
+				return nil, fmt.Errorf("resuming run %s: record %q trial %d is finished twice", runID, o.RecordID, o.Trial)
+			}
+			done[k] = true
+			outcomes = append(outcomes, o)
+			prog.Done++
+			if o.Status == TrialErrored {
+				prog.Errored++
+			} else if passed(o, p.Pass) {
+				prog.Passing++
+			}
+			prog.CostUSD += o.CostUSD
+		}
+	} else {
+		specJSON, err := json.Marshal(s)
+		if err != nil {
+			return nil, fmt.Errorf("encoding spec: %w", err)
+		}
+		runID, err = e.Recorder.StartRun(ctx, RunStart{Name: p.Name, SpecPath: p.SpecPath, Spec: specJSON, Records: len(p.Records), Trials: trials})
+		if err != nil {
+			return nil, fmt.Errorf("recording run start: %w", err)
+		}
 	}
 	log := e.logger().With("run", runID)
 	start := time.Now()
 
 	jobs := make(chan job)
-	var (
-		mu       sync.Mutex
-		outcomes []*Outcome
-		prog     = Progress{Total: len(p.Records) * trials}
-	)
+	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for range conc {
 		wg.Add(1)
@@ -206,6 +255,9 @@ func (e *Engine) Run(ctx context.Context, p *Plan) (*Summary, error) {
 				prog.CostUSD += o.CostUSD
 				prog.Elapsed = time.Since(start)
 				prog.Last = o
+				if p.Providers != nil {
+					prog.Providers = p.Providers()
+				}
 				if e.OnProgress != nil {
 					e.OnProgress(prog)
 				}
@@ -216,6 +268,9 @@ func (e *Engine) Run(ctx context.Context, p *Plan) (*Summary, error) {
 feed:
 	for trial := range trials {
 		for _, rec := range p.Records {
+			if done[trialKey{rec.ID, trial}] {
+				continue
+			}
 			select {
 			case jobs <- job{record: rec, trial: trial}:
 			case <-ctx.Done():
@@ -230,6 +285,19 @@ feed:
 	if ctx.Err() != nil {
 		status = StatusInterrupted
 	}
+	// Aggregate in plan order, not completion order, so that a run's
+	// summary does not depend on scheduling (float sums are order-sensitive)
+	// and a resumed run sums exactly like an uninterrupted one.
+	order := make(map[string]int, len(p.Records))
+	for i, r := range p.Records {
+		order[r.ID] = i
+	}
+	slices.SortStableFunc(outcomes, func(a, b *Outcome) int {
+		if a.Trial != b.Trial {
+			return a.Trial - b.Trial
+		}
+		return order[a.RecordID] - order[b.RecordID]
+	})
 	sum := Summarize(runID, p.Name, status, len(p.Records), trials, outcomes, p.Evaluators)
 	sum.Elapsed = time.Since(start).Seconds()
 	// Record the end even when interrupted: the caller's context is done.
@@ -271,8 +339,9 @@ func (e *Engine) runTrial(ctx context.Context, log *slog.Logger, p *Plan, runID 
 			return nil
 		}
 		tc := &TrialContext{RunID: runID, TrialID: trialID, Record: j.record, Trial: j.trial, Attempt: attempt}
-		// Events are appended to the store as they happen and also kept for
-		// the evaluators of this trial.
+		// Events stream to the store through the journal and are also kept,
+		// large texts cut, for the evaluators of this trial.
+		jr := newJournal(ctx, e.Recorder, trialID)
 		var (
 			evMu   sync.Mutex
 			events []trajectory.Event
@@ -284,8 +353,11 @@ func (e *Engine) runTrial(ctx context.Context, log *slog.Logger, p *Plan, runID 
 			if ev.Time.IsZero() {
 				ev.Time = time.Now()
 			}
-			events = append(events, ev)
-			return e.Recorder.AppendEvent(context.WithoutCancel(ctx), trialID, ev)
+			if err := jr.add(ev); err != nil {
+				return err
+			}
+			events = append(events, forMemory(ev))
+			return nil
 		})
 		tc.Events = func() []trajectory.Event {
 			evMu.Lock()
@@ -293,19 +365,20 @@ func (e *Engine) runTrial(ctx context.Context, log *slog.Logger, p *Plan, runID 
 			return slices.Clone(events)
 		}
 		started := time.Now()
-		tctx, cancel := context.WithTimeout(ctx, timeout)
+		m := &meter{}
+		tctx, cancel := context.WithTimeout(withMeter(ctx, m), timeout)
 		o, err := p.Runner.RunTrial(tctx, tc)
 		timedOut := errors.Is(tctx.Err(), context.DeadlineExceeded)
 		cancel()
 		if ctx.Err() != nil {
 			// Interrupted: the trial stays unfinished, to be rerun on resume.
+			_ = jr.flush()
 			return nil
 		}
 		if o == nil {
 			o = &Outcome{}
 		}
 		o.RunID, o.RecordID, o.Trial, o.Attempt = runID, j.record.ID, j.trial, attempt
-		o.Started, o.Finished = started, time.Now()
 		if err != nil || timedOut {
 			o.Status = TrialErrored
 			o.ErrorKind = kindOf(err)
@@ -322,13 +395,26 @@ func (e *Engine) runTrial(ctx context.Context, log *slog.Logger, p *Plan, runID 
 		} else {
 			o.Status = TrialCompleted
 		}
+		if ferr := jr.flush(); ferr != nil && o.Status == TrialCompleted {
+			// Scores over a trajectory the store does not have would not
+			// be reproducible: an infrastructure error, retried.
+			err = ferr
+			o.Status, o.ErrorKind, o.Error, o.Evaluations = TrialErrored, "infra", ferr.Error(), nil
+			log.Warn("trial errored", "record", j.record.ID, "trial", j.trial, "attempt", attempt, "kind", o.ErrorKind, "err", ferr)
+		}
+		o.Started, o.Finished = started, time.Now()
+		o.Timing = m.timing(o.Finished.Sub(started))
+		last = o
+		if o.Status == TrialErrored && retryable(err) && attempt < retries {
+			// Not finished in the store: the next attempt resets the trial,
+			// and a crash before it leaves the trial unfinished, so resume
+			// retries it as this run would have.
+			continue
+		}
 		if ferr := e.Recorder.FinishTrial(context.WithoutCancel(ctx), trialID, o); ferr != nil {
 			log.Error("recording trial end", "trial", trialID, "err", ferr)
 		}
-		last = o
-		if o.Status == TrialCompleted || !retryable(err) {
-			return o
-		}
+		return o
 	}
 	return last
 }

@@ -29,7 +29,7 @@ func (r *PlainRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 		}
 	}
 	start := time.Now()
-	resp, err := r.Target.Chat(ctx, model.Request{Messages: msgs, RecordID: tc.Record.ID, Trial: tc.Trial})
+	resp, err := TimedConnector(r.Target).Chat(ctx, model.Request{Messages: msgs, RecordID: tc.Record.ID, Trial: tc.Trial})
 	if err != nil {
 		return nil, &kindError{kind: "model", err: fmt.Errorf("model call: %w", err)}
 	}

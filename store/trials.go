@@ -209,7 +209,7 @@ func (s *Store) FinishTrial(ctx context.Context, id string, r TrialResult) error
 func (s *Store) ResetTrial(ctx context.Context, id string) (Trial, error) {
 	var t Trial
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		for _, table := range []string{"events", "scores", "artifacts"} {
+		for _, table := range []string{"events", "scores", "artifacts", "evaluations"} {
 			if _, err := tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE trial_id = ?", id); err != nil {
 				return fmt.Errorf("deleting %s: %w", table, err)
 			}

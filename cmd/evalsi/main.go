@@ -54,6 +54,11 @@ Usage:
              [--judge-provider P --judge-model M] [--store PATH]
   evalsi runs list [--store PATH] [--json]
   evalsi runs show RUN [--store PATH] [--json]
+  evalsi runs compare BASE HEAD [--json] [--by SCORE] [--all] [--fail-on-regression]
+  evalsi runs export RUN --format jsonl [-o PATH] [--store PATH]
+  evalsi view [--store PATH] [--listen 127.0.0.1:0]
+  evalsi run --resume RUN | evalsi runs resume RUN [--store PATH] [--json]
+  evalsi datasets inspect URI [--json]
   evalsi schema
 
 Exit codes: 0 ok; 1 a --fail-under threshold was missed; 2 spec or usage
@@ -71,6 +76,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdRun(ctx, args[1:], stdout, stderr)
 	case "runs":
 		err = cmdRuns(ctx, args[1:], stdout, stderr)
+	case "view":
+		err = cmdView(ctx, args[1:], stdout, stderr)
+	case "datasets":
+		err = cmdDatasets(ctx, args[1:], stdout, stderr)
 	case "schema":
 		err = cmdSchema(args[1:], stdout)
 	case "help", "-h", "--help":

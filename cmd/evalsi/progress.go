@@ -34,8 +34,8 @@ func (p *progressPrinter) update(pr engine.Progress) {
 	}
 	p.any = true
 	if p.tty {
-		fmt.Fprintf(p.w, "\r\033[K%d/%d trials  passing %d  errors %d  spend $%.4f  %s",
-			pr.Done, pr.Total, pr.Passing, pr.Errored, pr.CostUSD, pr.Elapsed.Round(1e8))
+		fmt.Fprintf(p.w, "\r\033[K%d/%d trials  passing %d  errors %d  spend $%.4f  %s%s",
+			pr.Done, pr.Total, pr.Passing, pr.Errored, pr.CostUSD, pr.Elapsed.Round(1e8), providers(pr))
 		return
 	}
 	o := pr.Last
@@ -50,7 +50,7 @@ func (p *progressPrinter) update(pr engine.Progress) {
 		sort.Strings(parts)
 		line += " " + strings.Join(parts, " ")
 	}
-	fmt.Fprintln(p.w, line)
+	fmt.Fprintln(p.w, line+providers(pr))
 }
 
 func (p *progressPrinter) done() {
@@ -65,4 +65,20 @@ func firstLine(s string) string {
 		s = s[:160] + "…"
 	}
 	return s
+}
+
+// providers shows each model provider that has been rate limited: its
+// current concurrency window and how many 429/5xx answers it got.
+func providers(pr engine.Progress) string {
+	var parts []string
+	for _, l := range pr.Providers {
+		if l.Limited == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s: window %d, limited %d×", l.Name, l.Window, l.Limited))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "  [" + strings.Join(parts, "; ") + "]"
 }

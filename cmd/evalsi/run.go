@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"evals.si/embedded"
+	"evals.si/engine"
 	"evals.si/report"
 	"evals.si/spec"
 )
@@ -42,10 +43,17 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	judgeModel := fs.String("judge-model", "", "override the spec's judge model")
 	junit := fs.String("junit", "", "also write a JUnit XML report to PATH")
 	verbose := fs.Bool("v", false, "verbose logs on stderr")
+	resume := fs.String("resume", "", "continue the interrupted or killed run RUN (id or unique prefix) instead of starting one")
 	failUnder := thresholds{}
 	fs.Var(failUnder, "fail-under", "NAME=VALUE: exit 1 when the mean of NAME is below VALUE (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err}
+	}
+	if *resume != "" {
+		if *file != "" || fs.NArg() > 0 || *judgeProvider != "" || *judgeModel != "" {
+			return usagef("--resume continues a run with the spec it was started with; do not pass -f, a spec or --judge-* flags with it")
+		}
+		return resumeRun(ctx, *resume, runOutput{storePath: *storePath, asJSON: *asJSON, junit: *junit, verbose: *verbose, failUnder: failUnder}, stdout, stderr)
 	}
 	if *file == "" {
 		if fs.NArg() == 1 {
@@ -96,12 +104,26 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	prog.done()
-	if *junit != "" {
-		if err := app.WriteJUnit(ctx, sum.RunID, *junit); err != nil {
+	return reportRun(ctx, app, sum, runOutput{asJSON: *asJSON, junit: *junit, failUnder: failUnder}, stdout, stderr)
+}
+
+// runOutput is how a finished run is reported.
+type runOutput struct {
+	storePath string
+	asJSON    bool
+	junit     string
+	verbose   bool
+	failUnder thresholds
+}
+
+// reportRun prints a finished run's summary and turns it into the exit code.
+func reportRun(ctx context.Context, app *embedded.App, sum *engine.Summary, o runOutput, stdout, stderr io.Writer) error {
+	if o.junit != "" {
+		if err := app.WriteJUnit(ctx, sum.RunID, o.junit); err != nil {
 			return fmt.Errorf("writing JUnit report: %w", err)
 		}
 	}
-	if *asJSON {
+	if o.asJSON {
 		if err := report.WriteJSON(stdout, sum); err != nil {
 			return err
 		}
@@ -114,7 +136,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return &exitError{code: exitErrored}
 	}
 	var missed []string
-	for name, min := range failUnder {
+	for name, min := range o.failUnder {
 		got, ok := sum.Scores[name]
 		if !ok {
 			return usagef("--fail-under %s: the run has no score named %q (scores: %s)", name, name, scoreNames(sum.Scores))

@@ -53,7 +53,13 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return json.NewEncoder(stdout).Encode(d)
 		}
 		return report.WriteRunDetail(stdout, d)
+	case "resume":
+		return cmdRunsResume(ctx, app, fs.Args(), *asJSON, stdout, stderr)
+	case "compare":
+		return cmdRunsCompare(ctx, app, fs.Args(), *asJSON, stdout, stderr)
+	case "export":
+		return cmdRunsExport(ctx, app, fs.Args(), stdout, stderr)
 	default:
-		return usagef("unknown runs subcommand %q (list, show)", args[0])
+		return usagef("unknown runs subcommand %q (list, show, resume, compare, export)", args[0])
 	}
 }
