@@ -127,7 +127,7 @@ func Identity(env *spec.Environment) string {
 		Env          map[string]string
 		Workdir      string
 	}
-	k := key{Image: env.Image, Files: env.Files, Setup: env.Setup, SetupNetwork: env.SetupNetwork, Env: env.Env}
+	k := key{Image: image.Rewrite(env.ImageMirrors, env.Image), Files: env.Files, Setup: env.Setup, SetupNetwork: env.SetupNetwork, Env: env.Env}
 	if env.Sandbox != nil {
 		k.Workdir = env.Sandbox.Workdir
 	}
@@ -223,9 +223,9 @@ func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment)
 		var img *image.Image
 		var err error
 		if sig := pol.ImageSignatures; sig != nil && len(sig.Keys) > 0 {
-			img, err = m.images.ResolveVerified(ctx, env.Image, sig.Keys, sig.AllowLocal)
+			img, err = m.images.ResolveVerified(ctx, image.Rewrite(env.ImageMirrors, env.Image), sig.Keys, sig.AllowLocal)
 		} else {
-			img, err = m.images.Resolve(ctx, env.Image)
+			img, err = m.images.Resolve(ctx, image.Rewrite(env.ImageMirrors, env.Image))
 		}
 		if err != nil {
 			return nil, &InfraError{Phase: "image", Err: fmt.Errorf("resolving %s: %w", env.Image, err)}

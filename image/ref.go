@@ -139,6 +139,10 @@ func isLoopbackHost(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// Rewrite applies mirrors to ref as WithMirrors does, for callers whose
+// mirrors vary per environment rather than per store.
+func Rewrite(mirrors map[string]string, ref string) string { return rewrite(mirrors, ref) }
+
 // rewrite applies the first matching mirror: the longest key that equals ref
 // or is a prefix of it ending at a reference boundary ('/', ':' or '@').
 // Keys and refs are compared both as written and in canonical form

@@ -287,8 +287,14 @@ type Environment struct {
 	// Setup runs once per distinct environment, then is snapshotted.
 	Setup []string `json:"setup,omitempty"`
 	// SetupNetwork is the network during setup: deny (default) | allow.
-	SetupNetwork   string            `json:"setup_network,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
+	SetupNetwork string            `json:"setup_network,omitempty"`
+	Env          map[string]string `json:"env,omitempty"`
+	// ImageMirrors rewrites image references before they are resolved, for
+	// machines that cannot reach the registries tasks name: a key is a
+	// reference or a prefix of one (docker.io/library/ubuntu:24.04,
+	// docker.io/library/); the longest matching key wins and its value
+	// replaces the matched part (another registry, or oci-layout:PATH).
+	ImageMirrors   map[string]string `json:"image_mirrors,omitempty"`
 	Sandbox        *SandboxPolicy    `json:"sandbox,omitempty"`
 	Checker        *Checker          `json:"checker,omitempty"`
 	CommandTimeout Duration          `json:"command_timeout,omitempty"`

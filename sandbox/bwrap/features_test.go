@@ -378,3 +378,27 @@ func TestImageRoot(t *testing.T) {
 		t.Errorf("read-only root over image + layer: %q %q", res.Stdout, res.Stderr)
 	}
 }
+
+// Files under a top-level directory that does not exist yet (the checker
+// copies tests to /tests) are created, with the directory.
+func TestWriteFileUnderNewTopLevelDir(t *testing.T) {
+	for _, root := range []string{"", "image"} {
+		t.Run("root="+root, func(t *testing.T) {
+			cfg := sandbox.Config{}
+			if root != "" {
+				cfg.Root = t.TempDir()
+				for _, d := range []string{"usr", "bin", "lib", "lib64", "etc"} {
+					os.Symlink("/"+d, filepath.Join(cfg.Root, d+"-host"))
+				}
+			}
+			sb := create(t, cfg)
+			if err := sb.WriteFile(t.Context(), "/tests/run.sh", []byte("echo ok\n"), 0o755); err != nil {
+				t.Fatalf("WriteFile under a new top-level dir: %v", err)
+			}
+			got, err := sb.ReadFile(t.Context(), "/tests/run.sh")
+			if err != nil || string(got) != "echo ok\n" {
+				t.Fatalf("read back %q, %v", got, err)
+			}
+		})
+	}
+}

@@ -64,7 +64,11 @@ func openIn(root, rel string, flags int, mode uint32) (*os.File, error) {
 
 func openAt(rfd int, rel string, flags int, mode uint32) (*os.File, error) {
 	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
-	fd, err := unix.Openat2(rfd, strings.TrimPrefix(rel, "/"), &how)
+	name := strings.TrimPrefix(rel, "/")
+	if name == "" {
+		name = "." // the root itself: openat2 refuses an empty path
+	}
+	fd, err := unix.Openat2(rfd, name, &how)
 	if err != nil {
 		return nil, err
 	}
