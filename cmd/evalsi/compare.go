@@ -72,7 +72,7 @@ func cmdRunsCompare(ctx context.Context, app *embedded.App, args []string, asJSO
 // cmdRunsExport writes `evalsi runs export RUN --format jsonl`.
 func cmdRunsExport(ctx context.Context, app *embedded.App, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("evalsi runs export", stderr)
-	format := fs.String("format", "jsonl", "export format: jsonl (one JSON object per trial, with its events)")
+	format := fs.String("format", "jsonl", "export format: jsonl (one JSON object per trial, with its events) or parquet (one row per trial; needs -o)")
 	out := fs.String("o", "", "write to this file instead of stdout")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -81,12 +81,17 @@ func cmdRunsExport(ctx context.Context, app *embedded.App, args []string, stdout
 	if len(pos) != 1 {
 		return usagef("runs export needs one RUN id (or a unique prefix)")
 	}
+	export := report.ExportJSONL
 	switch strings.ToLower(*format) {
 	case "jsonl":
 	case "parquet":
-		return usagef("--format parquet is not supported yet; use --format jsonl")
+		// A binary file does not belong on a terminal or in a pipe by surprise.
+		if *out == "" {
+			return usagef("--format parquet writes a binary file: give -o PATH")
+		}
+		export = report.ExportParquet
 	default:
-		return usagef("--format %q: want jsonl", *format)
+		return usagef("--format %q: want jsonl or parquet", *format)
 	}
 	w := stdout
 	var f *os.File
@@ -97,7 +102,7 @@ func cmdRunsExport(ctx context.Context, app *embedded.App, args []string, stdout
 		defer f.Close()
 		w = f
 	}
-	if err := report.ExportJSONL(ctx, w, app.Store(), pos[0]); err != nil {
+	if err := export(ctx, w, app.Store(), pos[0]); err != nil {
 		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrAmbiguous) {
 			return &usageError{err}
 		}

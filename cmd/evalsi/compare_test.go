@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parquet-go/parquet-go"
+
 	"evals.si/report"
 )
 
@@ -82,7 +84,25 @@ func TestRunsCompareAndExport(t *testing.T) {
 		t.Errorf("export line: run %s record %s scores %v events %d", line.RunID, line.RecordID, line.Scores, len(line.Events))
 	}
 	if r = evalsi(t, db, "runs", "export", good, "--format", "parquet"); r.code != exitUsage {
-		t.Errorf("parquet export: exit %d", r.code)
+		t.Errorf("parquet export to stdout: exit %d, want a usage error", r.code)
+	}
+	pq := filepath.Join(t.TempDir(), "run.parquet")
+	if r = evalsi(t, db, "runs", "export", good, "--format", "parquet", "-o", pq); r.code != 0 {
+		t.Fatalf("parquet export: exit %d: %s", r.code, r.stderr)
+	}
+	pf, err := os.Open(pq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	st, _ := pf.Stat()
+	rows, err := parquet.Read[report.ParquetTrial](pf, st.Size())
+	if err != nil {
+		t.Fatalf("reading the parquet file back: %v", err)
+	}
+	if len(rows) != 1 || rows[0].RunID != good || rows[0].RecordID != "fix-calc" || rows[0].Passed == nil || !*rows[0].Passed ||
+		!strings.Contains(rows[0].Scores, `"task-success":1`) || !strings.Contains(rows[0].Events, `"kind":"tool_call"`) {
+		t.Errorf("parquet rows = %+v", rows)
 	}
 }
 
