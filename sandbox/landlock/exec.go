@@ -92,6 +92,8 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	if len(req.Argv) == 0 {
 		return sandbox.ExecResult{}, fmt.Errorf("landlock exec: empty argv")
 	}
+	s.execMu.Lock()
+	defer s.execMu.Unlock()
 	cwd := s.cfg.Workdir
 	if req.Workdir != "" {
 		cwd = req.Workdir

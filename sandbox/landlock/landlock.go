@@ -184,6 +184,12 @@ type Sandbox struct {
 	cgroups    *limits.Cgroups
 	cgroupNote string
 
+	// execMu runs commands one at a time: each launcher mounts the same
+	// overlay upper directory in its own mount namespace, and overlayfs
+	// refuses (EINVAL/EBUSY) or misbehaves when one upper directory is in
+	// use by two mounts at once.
+	execMu sync.Mutex
+
 	mu          sync.Mutex
 	execs       int
 	closed      bool

@@ -445,8 +445,9 @@ func BenchmarkCreateExecClose(b *testing.B) {
 	}
 }
 
-// TestConcurrentExecs runs commands side by side in one sandbox: each
-// launcher mounts the same overlay upper directory in its own namespace.
+// TestConcurrentExecs issues commands from several goroutines at once in one
+// sandbox: they run one after another (each launcher mounts the same overlay
+// upper directory) and each sees its own and earlier writes.
 func TestConcurrentExecs(t *testing.T) {
 	sb := newSandbox(t, sandbox.Config{})
 	errs := make(chan error, 4)
