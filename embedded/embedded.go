@@ -144,8 +144,13 @@ func (a *App) Run(ctx context.Context, f *spec.File, o RunOptions) (*engine.Summ
 	if err != nil {
 		return nil, err
 	}
-	// With OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, the run is also
-	// exported as spans; otherwise rec is the store recorder itself.
+	return a.execute(ctx, plan, o)
+}
+
+// execute runs a plan (new or resumed). With
+// OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, the run is also exported as
+// spans; otherwise the recorder is the store recorder itself.
+func (a *App) execute(ctx context.Context, plan *engine.Plan, o RunOptions) (*engine.Summary, error) {
 	rec, stopTracing, err := telemetry.Wrap(ctx, &recorder{store: a.store})
 	if err != nil {
 		return nil, err
@@ -161,19 +166,7 @@ func (a *App) Run(ctx context.Context, f *spec.File, o RunOptions) (*engine.Summ
 
 // RunDetail loads a run with its trials and scores.
 func (a *App) RunDetail(ctx context.Context, id string) (report.RunDetail, error) {
-	run, err := a.store.GetRun(ctx, id)
-	if err != nil {
-		return report.RunDetail{}, err
-	}
-	trials, err := a.store.ListTrials(ctx, run.ID)
-	if err != nil {
-		return report.RunDetail{}, err
-	}
-	scores, err := a.store.Scores(ctx, run.ID)
-	if err != nil {
-		return report.RunDetail{}, err
-	}
-	return report.RunDetail{Run: run, Trials: trials, Scores: scores}, nil
+	return report.LoadRunDetail(ctx, a.store, id)
 }
 
 // WriteJUnit writes the run's JUnit XML report to path.

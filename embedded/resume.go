@@ -69,8 +69,7 @@ func (a *App) Resume(ctx context.Context, runID string, o RunOptions) (*engine.S
 	}
 	a.logger.Info("resuming run", "run", run.ID, "finished", len(done), "total", len(plan.Records)*max(s.Trials, 1))
 	plan.Resume = &engine.Resume{RunID: run.ID, Done: done}
-	e := &engine.Engine{Recorder: &recorder{store: a.store}, Logger: a.logger, OnProgress: o.OnProgress}
-	return e.Run(ctx, plan)
+	return a.execute(ctx, plan, o)
 }
 
 // specPath is the spec file's absolute path, stored with the run so that
