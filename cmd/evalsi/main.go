@@ -55,7 +55,7 @@ Usage:
   evalsi runs list [--store PATH] [--json]
   evalsi runs show RUN [--store PATH] [--json]
   evalsi runs compare BASE HEAD [--json] [--by SCORE] [--all] [--fail-on-regression]
-  evalsi runs export RUN --format jsonl [-o PATH] [--store PATH]
+  evalsi runs export RUN --format jsonl|parquet [-o PATH] [--store PATH]
   evalsi view [--store PATH] [--listen 127.0.0.1:0]
   evalsi run --resume RUN | evalsi runs resume RUN [--store PATH] [--json]
   evalsi datasets inspect URI [--json]
