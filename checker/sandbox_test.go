@@ -1,15 +1,13 @@
 package checker
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"testing"
-	"time"
 
 	"evals.si/internal/testenv"
 	"evals.si/sandbox"
-	"evals.si/sandbox/bwrap"
+	"evals.si/sandbox/bwrap/bwraptest"
 	"evals.si/sandbox/reexec"
 )
 
@@ -23,22 +21,7 @@ const testWorkdir = "/work/task"
 
 // newSandbox returns a real bubblewrap sandbox over the host's system
 // directories (so sh, git and coreutils are there), closed at the end.
-func newSandbox(t *testing.T) sandbox.Sandbox {
-	t.Helper()
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		testenv.Missing(t, "bwrap", "bwrap is not on PATH (apt-get install bubblewrap)")
-	}
-	r := bwrap.New(bwrap.Options{})
-	if p := r.Probe(t.Context()); !p.Works {
-		testenv.Missing(t, "bwrap", p.Reason)
-	}
-	sb, err := r.Create(t.Context(), sandbox.Config{Workdir: testWorkdir, StateDir: t.TempDir(), CommandTimeout: time.Minute})
-	if err != nil {
-		t.Fatalf("creating bwrap sandbox: %v", err)
-	}
-	t.Cleanup(func() { sb.Close(context.Background()) })
-	return sb
-}
+func newSandbox(t *testing.T) sandbox.Sandbox { return bwraptest.New(t, testWorkdir) }
 
 // sh runs a shell script in the sandbox's workdir and fails the test unless
 // it exits 0.

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
 	"evals.si/image"
-	"evals.si/internal/testenv"
 	"evals.si/sandbox"
-	"evals.si/sandbox/bwrap"
+	"evals.si/sandbox/bwrap/bwraptest"
 	"evals.si/sandbox/reexec"
 	"evals.si/spec"
 )
@@ -24,14 +22,12 @@ func TestMain(m *testing.M) {
 
 func newManager(t *testing.T) *Manager {
 	t.Helper()
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		testenv.Missing(t, "bwrap", "bubblewrap is not installed")
-	}
+	rung := bwraptest.Rung(t)
 	imgs, err := image.Open(t.TempDir(), slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewManager(imgs, []sandbox.Rung{bwrap.New(bwrap.Options{})}, t.TempDir(), slog.Default())
+	return NewManager(imgs, []sandbox.Rung{rung}, t.TempDir(), slog.Default())
 }
 
 func run(t *testing.T, sb sandbox.Sandbox, cmd string) string {

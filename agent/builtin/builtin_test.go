@@ -6,17 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"evals.si/agent"
-	"evals.si/internal/testenv"
 	"evals.si/model"
 	"evals.si/sandbox"
-	"evals.si/sandbox/bwrap"
+	"evals.si/sandbox/bwrap/bwraptest"
 	"evals.si/sandbox/reexec"
 	"evals.si/spec"
 	"evals.si/trajectory"
@@ -32,22 +30,7 @@ const testWorkdir = "/work/task"
 
 // newSandbox returns a real bubblewrap sandbox over the host's system
 // directories, closed at the end of the test.
-func newSandbox(t *testing.T) sandbox.Sandbox {
-	t.Helper()
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		testenv.Missing(t, "bwrap", "bwrap is not on PATH (apt-get install bubblewrap)")
-	}
-	r := bwrap.New(bwrap.Options{})
-	if p := r.Probe(t.Context()); !p.Works {
-		testenv.Missing(t, "bwrap", p.Reason)
-	}
-	sb, err := r.Create(t.Context(), sandbox.Config{Workdir: testWorkdir, StateDir: t.TempDir(), CommandTimeout: time.Minute})
-	if err != nil {
-		t.Fatalf("creating bwrap sandbox: %v", err)
-	}
-	t.Cleanup(func() { sb.Close(context.Background()) })
-	return sb
-}
+func newSandbox(t *testing.T) sandbox.Sandbox { return bwraptest.New(t, testWorkdir) }
 
 // scripted stands in for the model provider only: it returns its replies
 // in order (the last one repeats) and keeps every request.
