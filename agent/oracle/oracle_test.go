@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -14,9 +13,8 @@ import (
 	"evals.si/agent/oracle"
 	"evals.si/bench/importer"
 	"evals.si/dockerfile"
-	"evals.si/internal/testenv"
 	"evals.si/sandbox"
-	"evals.si/sandbox/bwrap"
+	"evals.si/sandbox/bwrap/bwraptest"
 	"evals.si/sandbox/reexec"
 	"evals.si/spec"
 	"evals.si/trajectory"
@@ -47,13 +45,7 @@ func TestSolutionShape(t *testing.T) {
 }
 
 func TestOracleRunsSolution(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		testenv.Missing(t, "bwrap", "bwrap is not on PATH")
-	}
-	r := bwrap.New(bwrap.Options{})
-	if p := r.Probe(t.Context()); !p.Works {
-		testenv.Missing(t, "bwrap", p.Reason)
-	}
+	r := bwraptest.Rung(t)
 	sb, err := r.Create(t.Context(), sandbox.Config{Workdir: "/work/task", StateDir: t.TempDir(), CommandTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)

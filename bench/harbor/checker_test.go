@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"evals.si/checker"
-	"evals.si/internal/testenv"
 	"evals.si/sandbox"
-	"evals.si/sandbox/bwrap"
+	"evals.si/sandbox/bwrap/bwraptest"
 	"evals.si/sandbox/reexec"
 	"evals.si/spec"
 )
@@ -26,13 +24,7 @@ func TestMain(m *testing.M) {
 // the reward file decides whatever the script's exit code, and a verifier
 // that writes no reward is an infrastructure error, not a 0.
 func TestRewardThroughChecker(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		testenv.Missing(t, "bwrap", "bwrap is not on PATH")
-	}
-	r := bwrap.New(bwrap.Options{})
-	if p := r.Probe(t.Context()); !p.Works {
-		testenv.Missing(t, "bwrap", p.Reason)
-	}
+	r := bwraptest.Rung(t)
 	reg := checker.NewRegistry()
 	RegisterParsers(reg)
 	cases := []struct {

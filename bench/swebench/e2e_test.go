@@ -18,7 +18,7 @@ import (
 	"evals.si/dataset"
 	"evals.si/internal/testenv"
 	"evals.si/sandbox"
-	"evals.si/sandbox/bwrap"
+	"evals.si/sandbox/bwrap/bwraptest"
 	"evals.si/sandbox/reexec"
 	"evals.si/spec"
 )
@@ -85,10 +85,7 @@ func TestOracleAndGradeInSandbox(t *testing.T) {
 	if err := exec.Command("/usr/bin/python3", "-c", "import pytest").Run(); err != nil {
 		testenv.Missing(t, "python3-pytest", "python3 with pytest is not installed")
 	}
-	r := bwrap.New(bwrap.Options{})
-	if p := r.Probe(t.Context()); !p.Works {
-		testenv.Missing(t, "bwrap", p.Reason)
-	}
+	r := bwraptest.Rung(t)
 	dir := t.TempDir()
 	b, _ := json.Marshal(instance())
 	if err := os.WriteFile(filepath.Join(dir, "i.jsonl"), append(b, '\n'), 0o644); err != nil {
