@@ -10,12 +10,9 @@ import (
 
 // chatRequest is the part of a Chat Completions request the server reads.
 type chatRequest struct {
-	Model    string `json:"model"`
-	Messages []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	} `json:"messages"`
-	Stream        bool `json:"stream"`
+	Model         string        `json:"model"`
+	Messages      []wireMessage `json:"messages"`
+	Stream        bool          `json:"stream"`
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -48,17 +45,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 		writeError(w, dialectOpenAI, http.StatusBadRequest, "messages: at least one message is required")
 		return
 	}
-	first, turns := "", 0
-	for _, m := range req.Messages {
-		switch m.Role {
-		case "user":
-			if first == "" {
-				first = textOf(m.Content)
-			}
-		case "assistant":
-			turns++
-		}
-	}
+	first, turns := messagesShape(req.Messages)
 	c, ok := s.reply(w, r, dialectOpenAI, body, first, turns)
 	if !ok {
 		return
@@ -125,4 +112,27 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 		})
 	}
 	e.send("", "[DONE]")
+}
+
+// wireMessage is a chat message as Chat Completions and Messages requests
+// carry it; content is a string or a list of parts.
+type wireMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// messagesShape returns what script selection needs from a message list:
+// the first user message's text and how many assistant turns came before.
+func messagesShape(msgs []wireMessage) (first string, turns int) {
+	for _, m := range msgs {
+		switch m.Role {
+		case "user":
+			if first == "" {
+				first = textOf(m.Content)
+			}
+		case "assistant":
+			turns++
+		}
+	}
+	return first, turns
 }

@@ -10,12 +10,9 @@ import (
 // messagesRequest is the part of an Anthropic Messages request the server
 // reads.
 type messagesRequest struct {
-	Model    string `json:"model"`
-	Messages []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	} `json:"messages"`
-	Stream bool `json:"stream"`
+	Model    string        `json:"model"`
+	Messages []wireMessage `json:"messages"`
+	Stream   bool          `json:"stream"`
 }
 
 // messages serves POST /v1/messages (also ?beta=true, as Claude Code sends).
@@ -33,17 +30,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, body []byte) {
 		writeError(w, dialectAnthropic, http.StatusBadRequest, "messages: at least one message is required")
 		return
 	}
-	first, turns := "", 0
-	for _, m := range req.Messages {
-		switch m.Role {
-		case "user":
-			if first == "" {
-				first = textOf(m.Content)
-			}
-		case "assistant":
-			turns++
-		}
-	}
+	first, turns := messagesShape(req.Messages)
 	c, ok := s.reply(w, r, dialectAnthropic, body, first, turns)
 	if !ok {
 		return
