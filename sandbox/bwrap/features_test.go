@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"evals.si/internal/testenv"
 	"evals.si/sandbox"
 )
 
@@ -237,7 +238,7 @@ func slicesContains(s []string, v string) bool {
 // restored sandbox's private upper directory holds none of its files.
 func TestSnapshotIsNotCopied(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("overlay restore needs root; without it roots are copied (reported in Notes)")
+		testenv.Missing(t, "root", "overlay restore needs root; without it roots are copied (reported in Notes)")
 	}
 	sb := create(t, sandbox.Config{})
 	run(t, sb, "head -c 5000000 /dev/urandom > big.bin && mkdir -p /opt/tool && echo v1 > /opt/tool/version")

@@ -86,7 +86,7 @@ func TestNetworkDenyHasOnlyLoopback(t *testing.T) {
 
 func TestOOMDenial(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("python3 needed")
+		testenv.Missing(t, "/usr/bin/python3", "the memory hog is a python3 script")
 	}
 	sb := newSandbox(t, sandbox.Config{Limits: sandbox.Limits{MemoryMB: 64}})
 	res := run(t, sb, sandbox.ExecRequest{Argv: []string{"python3", "-c", "x = bytearray(512 << 20); x[::4096] = b'x' * len(x[::4096]); print('ALLOCATED')"}})

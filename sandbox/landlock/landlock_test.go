@@ -176,7 +176,7 @@ func tcpProbe(port int) []string {
 
 func TestNetwork(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("bash needed for /dev/tcp")
+		testenv.Missing(t, "bash", "the probe uses bash's /dev/tcp")
 	}
 	target := plainTCPListener(t)
 	proxy := plainTCPListener(t)
@@ -282,7 +282,7 @@ func TestOutputCap(t *testing.T) {
 
 func TestMemoryLimit(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 needed")
+		testenv.Missing(t, "python3", "the memory hog is a python3 script")
 	}
 	// "auto" uses a memory cgroup where the host has one (a real OOM kill);
 	// "off" falls back to RLIMIT_AS (a failed allocation).

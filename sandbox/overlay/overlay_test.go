@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"evals.si/internal/testenv"
 )
 
 func write(t *testing.T, p, s string) {
@@ -29,7 +31,7 @@ func readOr(p string) string {
 // the base and the layer are never written.
 func TestMountSnapshotStack(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("overlayfs mounts need root; the copy fallback is tested in TestCopyLayer")
+		testenv.Missing(t, "root", "overlayfs mounts need root; the copy fallback is tested in TestCopyLayer")
 	}
 	dir := t.TempDir()
 	base := filepath.Join(dir, "base")
@@ -121,7 +123,7 @@ func TestCopyLayer(t *testing.T) {
 		t.Errorf("opaque/new = %q", got)
 	}
 	if !root {
-		t.Skip("whiteouts and trusted xattrs need root")
+		testenv.Missing(t, "root", "whiteouts and trusted xattrs need root")
 	}
 	if _, err := os.Lstat(filepath.Join(dst, "gone")); !os.IsNotExist(err) {
 		t.Errorf("a whiteout did not delete the file below: %v", err)

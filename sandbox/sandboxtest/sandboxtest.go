@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"evals.si/internal/testenv"
 	"evals.si/sandbox"
 )
 
@@ -141,10 +142,7 @@ func hasDenial(res sandbox.ExecResult, kinds ...string) bool {
 func needPython(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		if os.Getenv("EVALSI_STRICT") == "1" {
-			t.Fatalf("/usr/bin/python3 is required by the sandbox suites: %v", err)
-		}
-		t.Skipf("/usr/bin/python3 missing: %v", err)
+		testenv.Missing(t, "/usr/bin/python3", "required by the sandbox suites: "+err.Error())
 	}
 }
 
