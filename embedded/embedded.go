@@ -54,7 +54,7 @@ type App struct {
 
 // Rungs are the sandbox rungs this binary knows, in no particular order;
 // the ladder decides which is used.
-func Rungs(logger *slog.Logger) []sandbox.Rung {
+func Rungs() []sandbox.Rung {
 	return []sandbox.Rung{
 		vmprobe.Firecracker(),
 		smolvm.New(smolvm.Options{}),
@@ -102,7 +102,7 @@ func Open(ctx context.Context, o Options) (*App, error) {
 		st.Close()
 		return nil, fmt.Errorf("creating sandbox state dir: %w", err)
 	}
-	rungs := Rungs(o.Logger)
+	rungs := Rungs()
 	return &App{
 		store:    st,
 		images:   imgs,

@@ -98,7 +98,7 @@ func probe(ctx context.Context, args []string, stdout, stderr io.Writer, logger 
 	if err := fs.Parse(args); err != nil {
 		return usageErr{err}
 	}
-	probes := sandbox.ProbeAll(ctx, embedded.Rungs(logger))
+	probes := sandbox.ProbeAll(ctx, embedded.Rungs())
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
