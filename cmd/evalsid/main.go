@@ -45,7 +45,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case args[0] == "model-server":
 		err = modelServer(ctx, args[1:], stdout, stderr, logger)
 	case args[0] == "sandbox" && len(args) > 1 && args[1] == "probe":
-		err = probe(ctx, args[2:], stdout, stderr, logger)
+		err = probe(ctx, args[2:], stdout, stderr)
 	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -91,7 +91,7 @@ func modelServer(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	return nil
 }
 
-func probe(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) error {
+func probe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("evalsid sandbox probe", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, `print [{"rung","works","isolation","reason"}]`)
