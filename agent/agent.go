@@ -43,6 +43,9 @@ type Task struct {
 	// returns whether it did; an error means it could not decide or apply
 	// it. A nil Escalate denies every request.
 	Escalate func(ctx context.Context, kind, reason string) (granted bool, err error)
+	// User, when set, continues the conversation after each of the agent's
+	// answers until it is done (user_simulator); nil means one turn.
+	User User
 }
 
 // Result is how an agent's run ended.
@@ -74,4 +77,13 @@ const (
 // never that the task failed: the checker decides that.
 type Agent interface {
 	Run(ctx context.Context, t Task) (Result, error)
+}
+
+// User is the other side of a multi-turn conversation: the user simulator.
+// An agent that has finished a turn asks it for the next user message.
+type User interface {
+	// Reply reads the conversation so far (the agent's last answer is its
+	// last message) and returns the user's next message, or done when the
+	// user is finished (text is then empty or a closing remark).
+	Reply(ctx context.Context, conversation []trajectory.Message) (text string, done bool, err error)
 }

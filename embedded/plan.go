@@ -8,7 +8,6 @@ import (
 
 	"evals.si/agent"
 	"evals.si/agent/builtin"
-	"evals.si/agent/oracle"
 	"evals.si/checker"
 	"evals.si/engine"
 	"evals.si/evaluate"
@@ -72,9 +71,6 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 		return p, nil
 	}
 
-	if s.Target.Agent != nil && s.Target.Agent.Oracle == nil {
-		return nil, SpecError{f.Errorf("target.agent", "target.agent is not supported by this build yet; use the built-in agent (target: {connector, model} with harness: {builtin: {}})")}
-	}
 	if s.Harness != nil && s.Harness.External != nil {
 		return nil, SpecError{f.Errorf("harness.external", "harness.external is not supported by this build yet")}
 	}
@@ -90,8 +86,11 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 	}
 	pricing = pricing.Merge(cfg.Pricing)
 	var ag agent.Agent
-	if s.Target.Agent != nil && s.Target.Agent.Oracle != nil {
-		ag = oracle.New(records)
+	if s.Target.Agent != nil {
+		ag, err = a.targetAgent(ctx, f, records, mopts)
+		if err != nil {
+			return nil, err
+		}
 	} else {
 		conn, err := model.New(s.Target.ModelRef, lims.options(mopts, s.Target.ModelRef))
 		if err != nil {
@@ -129,8 +128,12 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 func unsupportedBuiltin(f *spec.File, cfg spec.Builtin) error {
 	field := ""
 	switch {
-	case cfg.Tools != nil && (len(cfg.Tools.MCP) > 0 || len(cfg.Tools.Mocks) > 0 || len(cfg.Tools.Faults) > 0):
-		field = "harness.builtin.tools"
+	case cfg.Tools != nil && len(cfg.Tools.MCP) > 0:
+		field = "harness.builtin.tools.mcp"
+	case cfg.Tools != nil && len(cfg.Tools.Mocks) > 0:
+		field = "harness.builtin.tools.mocks"
+	case cfg.Tools != nil && len(cfg.Tools.Faults) > 0:
+		field = "harness.builtin.tools.faults"
 	case cfg.UserSimulator != nil:
 		field = "harness.builtin.user_simulator"
 	case cfg.Recording != nil:
