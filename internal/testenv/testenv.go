@@ -5,6 +5,7 @@ package testenv
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -19,4 +20,20 @@ func Missing(t testing.TB, facility, reason string) {
 		t.Fatalf("%s is required under EVALSI_STRICT=1 but not available: %s", facility, reason)
 	}
 	t.Skipf("%s not available: %s (set EVALSI_STRICT=1 to make this a failure)", facility, reason)
+}
+
+// NodeModules returns the directory holding the npm peers .ci/setup installs
+// (.ci/npm/package.json): $EVALSI_NPM_DIR, default /opt/evalsi/npm. It
+// reports the facility missing when pkg (e.g. "@openai/codex") is not
+// installed there.
+func NodeModules(t testing.TB, pkg string) string {
+	t.Helper()
+	dir := os.Getenv("EVALSI_NPM_DIR")
+	if dir == "" {
+		dir = "/opt/evalsi/npm"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
+		Missing(t, "npm package "+pkg, "not installed under "+dir+"/node_modules; run .ci/setup")
+	}
+	return dir
 }
