@@ -8,6 +8,7 @@ import (
 
 	"evals.si/agent"
 	"evals.si/agent/builtin"
+	"evals.si/agent/recording"
 	"evals.si/checker"
 	"evals.si/engine"
 	"evals.si/evaluate"
@@ -71,43 +72,55 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 		return p, nil
 	}
 
-	if s.Harness != nil && s.Harness.External != nil {
-		return nil, SpecError{f.Errorf("harness.external", "harness.external is not supported by this build yet")}
-	}
 	cfg := spec.Builtin{}
 	if s.Harness != nil && s.Harness.Builtin != nil {
 		cfg = *s.Harness.Builtin
-	}
-	if err := unsupportedBuiltin(f, cfg); err != nil {
-		return nil, err
 	}
 	if err := a.preflight(ctx, f); err != nil {
 		return nil, err
 	}
 	pricing = pricing.Merge(cfg.Pricing)
+	rec, err := openRecorder(f, cfg, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	user, err := a.userSimulator(f, cfg, lims, mopts, rec)
+	if err != nil {
+		return nil, err
+	}
 	var ag agent.Agent
-	if s.Target.Agent != nil {
+	if s.Harness != nil && s.Harness.External != nil {
+		ag, err = a.externalAgent(ctx, f, lims.options(mopts, s.Target.ModelRef), pricing)
+		if err != nil {
+			return nil, err
+		}
+	} else if s.Target.Agent != nil {
 		ag, err = a.targetAgent(ctx, f, records, mopts)
 		if err != nil {
 			return nil, err
 		}
 	} else {
 		conn, err := model.New(s.Target.ModelRef, lims.options(mopts, s.Target.ModelRef))
-		if err != nil {
+		if err != nil && !pureReplay(cfg) {
 			return nil, SpecError{f.Errorf("target", "target: %v", err)}
 		}
+		conn = recorded(rec, recording.RoleAgent, conn)
 		b := builtin.New(engine.TimedConnector(conn), s.Target.Model, cfg, pricing, a.logger)
 		// Resolve the tool-call protocol now (auto probes the endpoint once),
 		// so forcing native where it is unsupported fails before any trial.
 		if _, err := b.Protocol(ctx); err != nil {
 			return nil, SpecError{f.Errorf("harness.builtin.tool_call_mode", "%v", err)}
 		}
-		ag = b
+		if err := a.builtinTools(ctx, f, p.Name, b, cfg.Tools); err != nil {
+			return nil, err
+		}
+		ag = recordedAgent(rec, b)
 	}
 	checkers := checker.NewRegistry()
 	registerBenchParsers(checkers)
 	if env := s.Environment; env != nil && env.Checker != nil {
 		if err := checkParser(checkers, env.Checker.Parser); err != nil {
+			closeAgent(a.logger, ag)
 			return nil, SpecError{f.Errorf("environment.checker.parser", "%v", err)}
 		}
 	}
@@ -119,30 +132,9 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 		Evaluators: evals,
 		Logger:     a.logger,
 		ProxyDir:   filepath.Join(a.stateDir, "proxy"),
+		User:       user,
 	}
 	return p, nil
-}
-
-// unsupportedBuiltin refuses harness options whose behaviour this build
-// does not have yet, rather than silently ignoring them.
-func unsupportedBuiltin(f *spec.File, cfg spec.Builtin) error {
-	field := ""
-	switch {
-	case cfg.Tools != nil && len(cfg.Tools.MCP) > 0:
-		field = "harness.builtin.tools.mcp"
-	case cfg.Tools != nil && len(cfg.Tools.Mocks) > 0:
-		field = "harness.builtin.tools.mocks"
-	case cfg.Tools != nil && len(cfg.Tools.Faults) > 0:
-		field = "harness.builtin.tools.faults"
-	case cfg.UserSimulator != nil:
-		field = "harness.builtin.user_simulator"
-	case cfg.Recording != nil:
-		field = "harness.builtin.recording"
-	}
-	if field == "" {
-		return nil
-	}
-	return SpecError{f.Errorf(field, "%s is not supported by this build yet", field)}
 }
 
 func checkParser(reg *checker.Registry, p string) error {

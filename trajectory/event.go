@@ -22,6 +22,7 @@ const (
 	KindStop       Kind = "stop"        // why the agent loop ended
 	KindLog        Kind = "log"         // a note from the harness (setup, diff, faults)
 	KindError      Kind = "error"       // an error inside the trial
+	KindDivergence Kind = "divergence"  // replay: a tool result differs from the recording
 )
 
 // Event is one step of a trajectory. Exactly the payload named by Kind is set.
@@ -44,6 +45,7 @@ type Event struct {
 	Stop       *Stop       `json:"stop,omitempty"`
 	Log        *Log        `json:"log,omitempty"`
 	Error      *Error      `json:"error,omitempty"`
+	Divergence *Divergence `json:"divergence,omitempty"`
 }
 
 // Role of a chat message.
@@ -154,6 +156,16 @@ type Log struct {
 type Error struct {
 	Kind    string `json:"kind"`
 	Message string `json:"message"`
+}
+
+// Divergence is a replayed tool result that differs from the recorded one.
+type Divergence struct {
+	Tool   string `json:"tool"`
+	CallID string `json:"call_id,omitempty"`
+	// Summary says what differs, e.g. "exit code 1, recorded 0".
+	Summary  string `json:"summary"`
+	Recorded string `json:"recorded,omitempty"`
+	Replayed string `json:"replayed,omitempty"`
 }
 
 // Sink receives events as they happen; the store appends them durably.

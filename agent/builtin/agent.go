@@ -79,6 +79,8 @@ type Agent struct {
 	// mu guards proto, the protocol resolved at the first Run.
 	mu    sync.Mutex
 	proto *toolcall.Protocol
+	// extra holds harness.builtin.tools (extra.go).
+	extra extra
 }
 
 var _ agent.Agent = (*Agent)(nil)
@@ -146,6 +148,8 @@ type run struct {
 	log   *slog.Logger
 	res   agent.Result
 	steps int
+	// dialog is the conversation as the user simulator sees it (conversation.go).
+	dialog []trajectory.Message
 }
 
 func (r *run) emit(e trajectory.Event) error {
@@ -231,7 +235,12 @@ func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
 	if err != nil {
 		return r.fail("config", err)
 	}
-	tools := toolDefs()
+	trialTools, err := a.openTools(ctx)
+	if err != nil {
+		return r.fail("tools", err)
+	}
+	defer r.closeTools(trialTools)
+	tools := a.allTools()
 	apiTools := tools
 	if proto.Mode == toolcall.ModePrompted {
 		tools = toolcall.Tools(proto.Format, tools)
@@ -346,10 +355,21 @@ func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
 		}
 		r.log.Debug("model call", "step", step, "tool_calls", len(msg.ToolCalls), "problems", len(problems), "usage", resp.Usage.Total(), "ms", callMS)
 		if len(msg.ToolCalls) == 0 && len(problems) == 0 {
-			return r.stop(agent.StopAnswered, "")
+			user, detail, err := r.userTurn(loop, msg)
+			if err != nil {
+				if res, done, ierr := r.interrupted(ctx, loop); done {
+					return res, ierr
+				}
+				return r.fail("user_simulator", fmt.Errorf("step %d: %w", step, err))
+			}
+			if user == nil {
+				return r.stop(agent.StopAnswered, detail)
+			}
+			msgs = append(msgs, *user)
+			continue
 		}
 
-		tr := &toolRun{task: &t, step: step, emit: r.emit}
+		tr := &toolRun{task: &t, step: step, emit: r.emit, trialTools: trialTools}
 		var results []trajectory.ToolResult
 		for _, tc := range msg.ToolCalls {
 			if err := r.emit(trajectory.Event{Kind: trajectory.KindToolCall, Step: step, ToolCall: &tc}); err != nil {

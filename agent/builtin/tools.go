@@ -80,13 +80,17 @@ type toolRun struct {
 	task *agent.Task
 	step int
 	emit func(trajectory.Event) error
+	// trialTools are the trial's added tools and faults (extra.go); n
+	// counts the step's calls so far.
+	*trialTools
+	n int
 }
 
-// call runs one tool call and returns its result. A call the model got
+// dispatch runs one tool call and returns its result. A call the model got
 // wrong (unknown tool, bad arguments, a file that does not exist) becomes a
 // result with IsError set so the model can recover; the error return is kept
 // for failures of the sandbox, the harness or the event sink.
-func (r *toolRun) call(ctx context.Context, tc trajectory.ToolCall) (trajectory.ToolResult, error) {
+func (r *toolRun) dispatch(ctx context.Context, tc trajectory.ToolCall) (trajectory.ToolResult, error) {
 	res := trajectory.ToolResult{CallID: tc.ID, Name: tc.Name}
 	fail := func(format string, args ...any) (trajectory.ToolResult, error) {
 		res.IsError = true
@@ -173,7 +177,7 @@ func (r *toolRun) call(ctx context.Context, tc trajectory.ToolCall) (trajectory.
 		}
 		return r.escalate(ctx, res, strings.TrimSpace(*a.Kind), *a.Reason)
 	default:
-		return fail("unknown tool %q; the tools are bash, read_file, write_file and request_escalation", tc.Name)
+		return r.callExtra(ctx, tc)
 	}
 }
 

@@ -1,0 +1,58 @@
+package embedded
+
+import (
+	"context"
+	"fmt"
+
+	"evals.si/agent/builtin"
+	"evals.si/agent/tools"
+	"evals.si/agent/tools/mcptools"
+	"evals.si/spec"
+)
+
+// builtinTools gives the built-in agent harness.builtin.tools: it reaches
+// every MCP server and lists its tools now, so an unreachable server fails
+// the run at its start, builds the mocks, checks that no two tools share a
+// name, and sets the fault rules, seeded by the run's name so a rerun of
+// the spec injects the same faults.
+func (a *App) builtinTools(ctx context.Context, f *spec.File, run string, b *builtin.Agent, t *spec.Tools) error {
+	if t == nil {
+		return nil
+	}
+	var providers []tools.Provider
+	for i, m := range t.MCP {
+		src := fmt.Sprintf("harness.builtin.tools.mcp[%d]", i)
+		if err := mcptools.Validate(src, m); err != nil {
+			return SpecError{f.Errorf(src, "%v", err)}
+		}
+		s, err := mcptools.Connect(ctx, src, m, mcptools.Options{Getenv: a.getenv, Dir: f.Dir, Logger: a.logger})
+		if err != nil {
+			// Not a SpecError: the spec may be right and the server down.
+			return fmt.Errorf("reaching an MCP server at the run's start: %w", f.Errorf(src, "%v", err))
+		}
+		providers = append(providers, s)
+	}
+	for i, m := range t.Mocks {
+		src := fmt.Sprintf("harness.builtin.tools.mocks[%d]", i)
+		mk, err := tools.NewMock(src, m)
+		if err != nil {
+			return SpecError{f.Errorf(src, "%v", err)}
+		}
+		providers = append(providers, mk)
+	}
+	if len(providers) > 0 {
+		if err := b.AddTools(providers...); err != nil {
+			return SpecError{f.Errorf("harness.builtin.tools", "%v", err)}
+		}
+	}
+	if len(t.Faults) > 0 {
+		faults, err := tools.NewFaults(run, t.Faults)
+		if err != nil {
+			return SpecError{f.Errorf("harness.builtin.tools.faults", "%v", err)}
+		}
+		if err := b.SetFaults(faults); err != nil {
+			return SpecError{f.Errorf("harness.builtin.tools.faults", "%v", err)}
+		}
+	}
+	return nil
+}
