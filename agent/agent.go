@@ -59,6 +59,9 @@ type Result struct {
 	Steps int
 	// StopReason is one of the Stop* constants.
 	StopReason string
+	// Verdict is the agent's own verdict on the task (an external harness's
+	// Check); the engine uses it only when the environment has no checker.
+	Verdict *trajectory.Checker
 }
 
 // Stop reasons, as recorded in trajectory.Stop.Reason and Result.StopReason.

@@ -144,6 +144,7 @@ func (a *App) Run(ctx context.Context, f *spec.File, o RunOptions) (*engine.Summ
 	if err != nil {
 		return nil, err
 	}
+	defer a.closePlan(plan)
 	return a.execute(ctx, plan, o)
 }
 

@@ -53,6 +53,7 @@ func (a *App) Resume(ctx context.Context, runID string, o RunOptions) (*engine.S
 	if err != nil {
 		return nil, err
 	}
+	defer a.closePlan(plan)
 	trials, err := a.store.ListTrials(ctx, run.ID)
 	if err != nil {
 		return nil, err

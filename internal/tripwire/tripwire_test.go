@@ -26,6 +26,10 @@ var allowed = map[string]string{
 	"sandbox/smolvm":      "the smolvm rung starts microVMs through the smolvm CLI",
 	"sandbox/docker":      "the docker rung (uses the Engine API today; listed in case it shells out to docker)",
 	"sandbox/sandboxtest": "test support only (imported by rung tests): starts the host processes the escape suite attacks",
+	"harness/external":    "starts the harness.external command or Python shim the spec names; it only serves the protocol, model output still runs in the sandbox via Worker.Exec",
+
+	// Not a rung: starts processes that are not model output.
+	"agent/tools/mcptools": "starts the spec author's stdio MCP servers (harness.builtin.tools.mcp[].command); the go-sdk's CommandTransport takes an *exec.Cmd",
 }
 
 // forbidden calls, as package.Func selectors, besides importing os/exec.

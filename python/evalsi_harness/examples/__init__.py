@@ -1,0 +1,1 @@
+"""Example harnesses, shipped with the shim so a spec can name them from anywhere."""
