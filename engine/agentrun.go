@@ -31,6 +31,14 @@ type AgentRunner struct {
 	Logger     *slog.Logger
 	// ProxyDir holds egress proxies' unix sockets.
 	ProxyDir string
+	// User, when set, is the task's user (user_simulator). One that can
+	// bind to a trial (ForTask) is bound, so its model calls are recorded.
+	User agent.User
+}
+
+// taskUser is a User that binds to one trial's record, trial and sink.
+type taskUser interface {
+	ForTask(recordID string, trial int, emit trajectory.Sink) agent.User
 }
 
 // RunTrial runs one agent trial.
@@ -41,6 +49,11 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 	}
 	if env == nil {
 		env = &spec.Environment{}
+	}
+	// A CLI agent's install joins the setup (and its snapshot identity),
+	// its allow_hosts the network allowlist.
+	if s, ok := r.Agent.(agent.EnvironmentShaper); ok {
+		env = s.ShapeEnvironment(env)
 	}
 	m := meterFrom(ctx)
 	prepStart := time.Now()
@@ -86,6 +99,11 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 	if tc.Record.Input.Messages != nil {
 		task.Input = inputMessages(tc.Record.Input)
 	}
+	if task.User = r.User; task.User != nil {
+		if b, ok := r.User.(taskUser); ok {
+			task.User = b.ForTask(task.RecordID, task.Trial, task.Emit)
+		}
+	}
 	res, err := r.Agent.Run(ctx, task)
 	if err != nil {
 		return nil, &kindError{kind: "agent", err: fmt.Errorf("agent: %w", err)}
@@ -108,6 +126,11 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 		}
 		o.Verdict = &trajectory.Checker{Command: env.Checker.Command, ExitCode: v.ExitCode, Output: v.Output, Pass: v.Pass, Score: v.Score, Details: v.Details}
 		_ = tc.Emit.Emit(trajectory.Event{Kind: trajectory.KindChecker, DurationMS: time.Since(start).Milliseconds(), Checker: o.Verdict})
+	} else if res.Verdict != nil {
+		// The agent's own verdict (an external harness's Check) counts only
+		// when the spec has no checker: the spec's checker wins.
+		o.Verdict = res.Verdict
+		_ = tc.Emit.Emit(trajectory.Event{Kind: trajectory.KindChecker, Checker: o.Verdict})
 	}
 	var budget *spec.Budget
 	if h := r.Spec.Harness; h != nil && h.Builtin != nil {

@@ -122,17 +122,19 @@ type wireMessage struct {
 }
 
 // messagesShape returns what script selection needs from a message list:
-// the first user message's text and how many assistant turns came before.
+// the opening user text (see openingText) and how many assistant turns came
+// before.
 func messagesShape(msgs []wireMessage) (first string, turns int) {
+	var opening []string
 	for _, m := range msgs {
 		switch m.Role {
 		case "user":
-			if first == "" {
-				first = textOf(m.Content)
+			if turns == 0 {
+				opening = append(opening, textOf(m.Content))
 			}
 		case "assistant":
 			turns++
 		}
 	}
-	return first, turns
+	return openingText(opening), turns
 }

@@ -185,11 +185,12 @@ func inputItems(raw json.RawMessage) ([]json.RawMessage, error) {
 	return items, nil
 }
 
-// conversationShape returns the first user message's text and the number
+// conversationShape returns the opening user text (see openingText) and the number
 // of assistant turns: runs of consecutive model-produced items (assistant
 // messages, function calls, reasoning) count as one turn each, since one
 // response can hold several of them.
 func conversationShape(conv []json.RawMessage) (first string, turns int) {
+	var opening []string
 	inTurn := false
 	for _, raw := range conv {
 		var it inputItem
@@ -197,8 +198,8 @@ func conversationShape(conv []json.RawMessage) (first string, turns int) {
 			continue
 		}
 		isMessage := it.Type == "" || it.Type == "message"
-		if isMessage && it.Role == "user" && first == "" {
-			first = textOf(it.Content)
+		if isMessage && it.Role == "user" && turns == 0 {
+			opening = append(opening, textOf(it.Content))
 		}
 		produced := (isMessage && it.Role == "assistant") || it.Type == "reasoning" ||
 			(strings.HasSuffix(it.Type, "_call") && !strings.HasSuffix(it.Type, "_output"))
@@ -207,7 +208,7 @@ func conversationShape(conv []json.RawMessage) (first string, turns int) {
 		}
 		inTurn = produced
 	}
-	return first, turns
+	return openingText(opening), turns
 }
 
 func rawOrNull(r json.RawMessage) any {

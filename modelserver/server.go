@@ -5,7 +5,8 @@
 // agent CLIs (Claude Code, Codex) are pointed at it on loopback instead.
 //
 // Reply selection is model.SelectReply: with no record id (or an unknown
-// one), the first rule whose Contains occurs in the first user message, else
+// one), the first rule whose Contains occurs in the opening user text (the
+// user messages before the first assistant turn), else
 // the default list; the index is the number of assistant turns already in
 // the request. A client may name the record with the X-Evalsi-Record header.
 package modelserver
@@ -66,6 +67,8 @@ type Server struct {
 	// response id, for previous_response_id. It lives as long as the server.
 	convs map[string][]json.RawMessage
 	seq   int
+	// dumpDir, when set, receives every request as a file (see DumpTo).
+	dumpDir string
 }
 
 // New returns a server for script. A nil logger discards logs.
@@ -192,6 +195,9 @@ func (s *Server) record(r *http.Request, body []byte) {
 		Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: h,
 		Model: probe.Model, Stream: probe.Stream, Body: body,
 	})
+	if s.dumpDir != "" {
+		s.dump(len(s.requests), s.requests[len(s.requests)-1])
+	}
 }
 
 // nextID returns prefix followed by a server-unique number.

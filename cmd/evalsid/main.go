@@ -23,7 +23,7 @@ import (
 const usage = `evalsid runs Evals.si's daemon roles.
 
 Usage:
-  evalsid model-server --script SCRIPT.yaml [--listen 127.0.0.1:0]
+  evalsid model-server --script SCRIPT.yaml [--listen 127.0.0.1:0] [--dump DIR]
   evalsid sandbox probe [--json]
 `
 
@@ -69,7 +69,8 @@ func modelServer(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs := flag.NewFlagSet("evalsid model-server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	script := fs.String("script", "", "script YAML (default, records, rules)")
-	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
+	listen := fs.String("listen", "127.0.0.1:0", "address to listen on (a fixed port, e.g. 127.0.0.1:8089, for examples that name it)")
+	dump := fs.String("dump", "", "write every request to this directory as NNNN-path.json (to see what a client sends)")
 	if err := fs.Parse(args); err != nil {
 		return usageErr{err}
 	}
@@ -81,6 +82,11 @@ func modelServer(ctx context.Context, args []string, stdout, stderr io.Writer, l
 		return usageErr{err}
 	}
 	srv := modelserver.New(sc, logger)
+	if *dump != "" {
+		if err := srv.DumpTo(*dump); err != nil {
+			return err
+		}
+	}
 	addr, err := srv.Listen(ctx, *listen)
 	if err != nil {
 		return err

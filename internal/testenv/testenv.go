@@ -23,14 +23,14 @@ func Missing(t testing.TB, facility, reason string) {
 }
 
 // NodeModules returns the directory holding the npm peers .ci/setup installs
-// (.ci/npm/package.json): $EVALSI_NPM_DIR, default /opt/evalsi/npm. It
+// (.ci/npm/package.json): $EVALSI_NPM_DIR, default /usr/local/lib/evalsi/npm. It
 // reports the facility missing when pkg (e.g. "@openai/codex") is not
 // installed there.
 func NodeModules(t testing.TB, pkg string) string {
 	t.Helper()
 	dir := os.Getenv("EVALSI_NPM_DIR")
 	if dir == "" {
-		dir = "/opt/evalsi/npm"
+		dir = "/usr/local/lib/evalsi/npm"
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
 		Missing(t, "npm package "+pkg, "not installed under "+dir+"/node_modules; run .ci/setup")

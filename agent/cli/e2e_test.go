@@ -1,0 +1,281 @@
+package cli_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"evals.si/embedded"
+	"evals.si/engine"
+	"evals.si/internal/testenv"
+	"evals.si/spec"
+	"evals.si/store"
+	"evals.si/trajectory"
+)
+
+func requireTools(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		testenv.Missing(t, "bwrap", "bubblewrap is not installed")
+	}
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		testenv.Missing(t, "python3", "/usr/bin/python3 is not installed")
+	}
+}
+
+type stored struct {
+	sum    *engine.Summary
+	trials []store.Trial
+	events map[string][]trajectory.Event // by trial id
+	scores map[string][]store.Score
+}
+
+// runSpec runs a spec in a fresh embedded app and returns what the store
+// holds about it.
+func runSpec(t *testing.T, path string, yaml []byte) stored {
+	t.Helper()
+	return runSpecLogged(t, path, yaml, nil)
+}
+
+// runSpecLogged is runSpec with the app's logs going to h as well.
+func runSpecLogged(t *testing.T, path string, yaml []byte, h slog.Handler) stored {
+	t.Helper()
+	dir := t.TempDir()
+	f, err := spec.Parse(path, yaml)
+	if err != nil {
+		t.Fatalf("spec: %v", err)
+	}
+	f.Dir = dir
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	if h != nil {
+		logger = slog.New(h)
+	}
+	ctx := context.Background()
+	app, err := embedded.Open(ctx, embedded.Options{StorePath: filepath.Join(dir, "evalsi.db"), Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { app.Close() })
+	sum, err := app.Run(ctx, f, embedded.RunOptions{})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	d, err := app.RunDetail(ctx, sum.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := stored{sum: sum, trials: d.Trials, scores: d.Scores, events: map[string][]trajectory.Event{}}
+	for _, tr := range d.Trials {
+		if tr.Status != store.TrialFinished {
+			t.Errorf("trial %s/%d: %s %s %s", tr.RecordID, tr.Trial, tr.Status, tr.ErrorKind, tr.Error)
+		}
+		evs, err := app.Store().Events(ctx, tr.ID, 0, 10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.events[tr.ID] = evs
+	}
+	if sum.Errored != 0 {
+		t.Fatalf("%d trial(s) errored: %v", sum.Errored, sum.ErrorsByKind)
+	}
+	return out
+}
+
+func count(evs []trajectory.Event, k trajectory.Kind) int {
+	n := 0
+	for _, e := range evs {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+// TestExampleCLIOffline runs examples/agents/cli-offline.yaml: the fake
+// Claude Code fixes fix-calc, its stream-json becomes the stored
+// trajectory with steps and tokens, and the checker passes it.
+func TestExampleCLIOffline(t *testing.T) {
+	requireTools(t)
+	if _, err := exec.LookPath("git"); err != nil {
+		testenv.Missing(t, "git", "git is not installed")
+	}
+	if err := exec.Command("/usr/bin/python3", "-c", "import pytest").Run(); err != nil {
+		testenv.Missing(t, "python3-pytest", "python3 with pytest is not installed")
+	}
+	path := "../../examples/agents/cli-offline.yaml"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := runSpec(t, path, b)
+	want := map[string]float64{"task-success": 1, "policy-clean": 1, "agent-steps": 4, "agent-tokens": 900 + 1400 + 1700 + 1800 + 40 + 180 + 30 + 35, "agent-cost-usd": 0.0321}
+	for name, v := range want {
+		if got, ok := s.sum.Scores[name]; !ok || got < v-1e-9 || got > v+1e-9 {
+			// agent-tokens' input includes the prompt's length / 4.
+			if !(name == "agent-tokens" && ok && got > v) {
+				t.Errorf("score %s = %v (present %v), want %v; all %v", name, got, ok, v, s.sum.Scores)
+			}
+		}
+	}
+	tr := s.trials[0]
+	evs := s.events[tr.ID]
+	if n := count(evs, trajectory.KindModelCall); n != 4 {
+		t.Errorf("%d model calls stored, want 4", n)
+	}
+	if n := count(evs, trajectory.KindToolCall); n != 3 || count(evs, trajectory.KindToolResult) != 3 {
+		t.Errorf("%d tool calls, %d results stored, want 3 each", n, count(evs, trajectory.KindToolResult))
+	}
+	if !strings.HasPrefix(tr.Output, "Fixed add()") || tr.Usage.Total() == 0 || tr.CostUSD != 0.0321 {
+		t.Errorf("trial output %q usage %+v cost %v", tr.Output, tr.Usage, tr.CostUSD)
+	}
+	var sawPytest bool
+	for _, e := range evs {
+		if e.Kind == trajectory.KindToolResult && strings.Contains(e.ToolResult.Output, "passed") {
+			sawPytest = true
+		}
+	}
+	if !sawPytest {
+		t.Error("no tool result shows the tests passing")
+	}
+}
+
+// serve starts a loopback HTTP server answering body.
+func serve(t *testing.T, body string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// TestAllowHosts: the allowed loopback server answers through the egress
+// proxy; the other is refused, which shows as a policy event in the stored
+// trajectory and in policy-violations' scores. The environment says
+// network: deny; the agent's allow_hosts still open its host.
+func TestAllowHosts(t *testing.T) {
+	requireTools(t)
+	allowed, refused := serve(t, "hello from the allowed host"), serve(t, "should not be seen")
+	// The sandbox's NO_PROXY names 127.0.0.1 (the sandbox's own loopback);
+	// these test hosts are on the host's loopback, so the client must go
+	// through the proxy for them.
+	script := `import sys, urllib.request
+o = urllib.request.build_opener(urllib.request.ProxyHandler())
+for u in sys.argv[1:]:
+    try:
+        print(u, o.open(u, timeout=20).read().decode())
+    except Exception as e:
+        print(u, "failed:", e)
+`
+	yaml := fmt.Sprintf(`
+name: cli-allow-hosts
+dataset: {records: [{id: net, input: fetch}]}
+target:
+  agent:
+    cli:
+      command: "unset NO_PROXY no_proxy; /usr/bin/python3 fetch.py http://%[1]s/ http://%[2]s/"
+      allow_hosts: ["%[1]s"]
+environment:
+  files: {fetch.py: %[3]q}
+  sandbox: {network: deny, ladder: [bwrap]}
+evaluators: [policy-violations]
+`, allowed, refused, script)
+	s := runSpec(t, filepath.Join(t.TempDir(), "spec.yaml"), []byte(yaml))
+	tr := s.trials[0]
+	if !strings.Contains(tr.Output, "hello from the allowed host") {
+		t.Errorf("the allowed host did not answer: %q", tr.Output)
+	}
+	if strings.Contains(tr.Output, "should not be seen") {
+		t.Errorf("the refused host answered: %q", tr.Output)
+	}
+	var refusedEvent bool
+	for _, e := range s.events[tr.ID] {
+		if e.Kind == trajectory.KindPolicy && e.Policy.Kind == "network" && e.Policy.Host == refused {
+			refusedEvent = true
+		}
+		if e.Kind == trajectory.KindPolicy && e.Policy.Host == allowed {
+			t.Errorf("the allowed host has a policy event: %+v", e.Policy)
+		}
+	}
+	if !refusedEvent {
+		t.Errorf("no refused-host policy event for %s", refused)
+	}
+	if s.sum.Scores["policy-clean"] != 0 || s.sum.Scores["policy-events"] < 1 {
+		t.Errorf("policy scores %v", s.sum.Scores)
+	}
+}
+
+// TestInstallOnce: install runs once, during setup (setup_network deny,
+// an offline command), and all three trials start from its result.
+func TestInstallOnce(t *testing.T) {
+	requireTools(t)
+	yaml := `
+name: cli-install
+dataset: {records: [{id: once, input: count}]}
+trials: 3
+target:
+  agent:
+    cli:
+      command: "cat .installed; echo trial >> .installed"
+      install: ["echo installed >> .installed"]
+environment:
+  setup_network: deny
+  sandbox: {ladder: [bwrap]}
+evaluators: [policy-violations]
+`
+	setupLog := &messageCounter{}
+	s := runSpecLogged(t, filepath.Join(t.TempDir(), "spec.yaml"), []byte(yaml), setupLog)
+	if n := setupLog.count("setup step"); n != 1 {
+		t.Errorf("%d setup steps ran, want the one install command once", n)
+	}
+	if len(s.trials) != 3 {
+		t.Fatalf("%d trials", len(s.trials))
+	}
+	for _, tr := range s.trials {
+		// One "installed" line: install ran once, and no trial sees
+		// another's writes.
+		if tr.Output != "installed" {
+			t.Errorf("trial %d saw %q, want exactly one install line", tr.Trial, tr.Output)
+		}
+	}
+}
+
+// messageCounter is a slog handler counting records by message, at every
+// level.
+type messageCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *messageCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (c *messageCounter) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[r.Message]++
+	return nil
+}
+func (c *messageCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *messageCounter) WithGroup(string) slog.Handler      { return c }
+func (c *messageCounter) count(msg string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[msg]
+}
