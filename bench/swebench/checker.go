@@ -20,8 +20,9 @@ func RegisterParsers(reg *checker.Registry) {
 }
 
 // gradeVerdict reads the grading line the checker script printed first,
-// then grades the rest of the output (the harness's test_output.txt).
-func gradeVerdict(_ context.Context, res sandbox.ExecResult, _ checker.Sandbox, _ string) (checker.Verdict, error) {
+// then grades the rest of the output with the eval script's output (the
+// harness's test_output.txt), read back from TestOutputPath.
+func gradeVerdict(ctx context.Context, res sandbox.ExecResult, sb checker.Sandbox, _ string) (checker.Verdict, error) {
 	out := res.Stdout
 	first, rest, _ := bytes.Cut(out, []byte("\n"))
 	line, ok := bytes.CutPrefix(first, []byte(gradeMarker))
@@ -32,11 +33,19 @@ func gradeVerdict(_ context.Context, res sandbox.ExecResult, _ checker.Sandbox, 
 	if err := json.Unmarshal(line, &g); err != nil {
 		return checker.Verdict{}, &checker.InfraError{Reason: "decoding the SWE-bench grading line", Err: err}
 	}
-	log := string(rest) + string(res.Stderr)
+	log := string(rest)
+	if bytes.Contains(rest, []byte(testOutputMarker)) {
+		out, err := readTestOutput(ctx, sb)
+		if err != nil {
+			return checker.Verdict{}, err
+		}
+		log += out
+	}
+	log += string(res.Stderr)
 	if res.Truncated {
-		// The end marker may have been cut: say so rather than grade
-		// silently against part of the log.
-		log += "\n[evalsi: output truncated at the sandbox's output limit]\n"
+		// The checker's own lines were cut (a patch with enormous apply
+		// output): say so rather than grade silently against part of it.
+		log += "\n[evalsi: checker output truncated at the sandbox's output limit]\n"
 	}
 	r := EvalReport(g, log)
 	v := checker.Verdict{Pass: r.Resolved, Details: details(r)}
@@ -44,6 +53,24 @@ func gradeVerdict(_ context.Context, res sandbox.ExecResult, _ checker.Sandbox, 
 		v.Score = 1
 	}
 	return v, nil
+}
+
+// readTestOutput reads TestOutputPath, up to LogCap. cat runs in the
+// sandbox with the cap as its output limit, so an enormous log never
+// reaches the engine's memory whole.
+func readTestOutput(ctx context.Context, sb checker.Sandbox) (string, error) {
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"cat", "--", TestOutputPath}, OutputLimit: LogCap})
+	if err != nil {
+		return "", &checker.InfraError{Reason: "reading the SWE-bench test output " + TestOutputPath, Err: err}
+	}
+	if res.ExitCode != 0 {
+		return "", &checker.InfraError{Reason: fmt.Sprintf("reading the SWE-bench test output %s: cat exited %d: %s", TestOutputPath, res.ExitCode, bytes.TrimSpace(res.Stderr))}
+	}
+	out := string(res.Stdout)
+	if res.Truncated {
+		out += fmt.Sprintf("\n[evalsi: test output cut at %d bytes]\n", LogCap)
+	}
+	return out, nil
 }
 
 func details(r Report) string {

@@ -135,6 +135,21 @@ func TestOracleAndGradeInSandbox(t *testing.T) {
 			t.Errorf("verdict %+v\n%s", v, v.Output)
 		}
 	})
+	t.Run("a log longer than the sandbox output limit grades whole", func(t *testing.T) {
+		// Each test prints 1.5 MiB, which pytest -rA repeats in its PASSES
+		// section before the summary: the results and the end marker lie
+		// past the 1 MiB a command's stdout keeps.
+		v := run(t, func(sb sandbox.Sandbox) {
+			o := oracle.New([]spec.Record{rec})
+			if _, err := o.Run(t.Context(), agent.Task{RecordID: rec.ID, Sandbox: sb, Workdir: swebench.Workdir}); err != nil {
+				t.Fatal(err)
+			}
+			sb.WriteFile(t.Context(), "conftest.py", []byte("import pytest\n\n@pytest.fixture(autouse=True)\ndef noisy():\n    print('x' * (3 << 19))\n"), 0o644)
+		})
+		if !v.Pass || v.Score != 1 {
+			t.Errorf("verdict %+v", v)
+		}
+	})
 	t.Run("no change is unresolved", func(t *testing.T) {
 		// An empty patch goes through the same fallbacks (GNU patch accepts
 		// it), and the tests decide.

@@ -40,7 +40,9 @@ var exitCodeMarker = regexp.MustCompile(`>>>>> Test Exit Code:\s*(-?\d+)`)
 // LogsEval is get_logs_eval: the status map, or found=false with the reason
 // when the log is invalid (a patch that did not apply, missing markers, no
 // test result, or a non-zero test exit with nothing failed, which is how a
-// log spoofing PASSED lines after a failure is caught).
+// log spoofing PASSED lines after a failure is caught). A parser that
+// fails (raises, in the harness) makes the log invalid too: the harness
+// errors the instance, which counts as not resolved.
 func LogsEval(log string, parse LogParser) (sm map[string]string, found bool, reason string) {
 	for _, bad := range []string{ApplyPatchFail, ResetFailed, TestsError, TestsTimeout} {
 		if strings.Contains(log, bad) {
@@ -53,9 +55,12 @@ func LogsEval(log string, parse LogParser) (sm map[string]string, found bool, re
 	// content.split(START)[1].split(END)[0]
 	section := strings.SplitN(log, StartTestOutput, 3)[1]
 	section, _, _ = strings.Cut(section, EndTestOutput)
-	sm = parse(section)
-	if len(sm) == 0 {
-		sm = parse(log)
+	sm, err := parse(section)
+	if err == nil && len(sm) == 0 {
+		sm, err = parse(log)
+	}
+	if err != nil {
+		return map[string]string{}, false, "the log parser failed: " + err.Error()
 	}
 	if len(sm) == 0 && !suiteRan.MatchString(log) {
 		return map[string]string{}, false, "no test result in the log"
@@ -214,9 +219,9 @@ type Report struct {
 
 // EvalReport grades a test log.
 func EvalReport(g Grade, log string) Report {
-	parse, ok := Parsers[g.LogParser]
-	if !ok {
-		return Report{Status: ResolvedNo, Reason: "unknown log parser " + g.LogParser}
+	parse, err := ParserFor(g.LogParser, g.InstanceID)
+	if err != nil {
+		return Report{Status: ResolvedNo, Reason: err.Error()}
 	}
 	sm, found, reason := LogsEval(log, parse)
 	if !found {

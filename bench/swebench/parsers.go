@@ -1,6 +1,7 @@
 package swebench
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 )
@@ -17,25 +18,106 @@ const (
 var allStatuses = []string{StatusFailed, StatusPassed, StatusSkipped, StatusError, StatusXFail}
 
 // LogParser turns a test log into a status map, as a function of SWE-bench's
-// PARSER_REGISTRY does.
-type LogParser func(log string) map[string]string
+// PARSER_REGISTRY does. An error is a parser that raises in the harness
+// (a report that does not parse, a line its pattern should have matched):
+// the harness then fails the instance instead of grading it.
+type LogParser func(log string) (map[string]string, error)
 
-// Parsers are SWE-bench's log parsers by registry name.
-var Parsers = map[string]LogParser{
-	"parse_log_pytest":         parsePytest,
-	"parse_log_pytest_options": parsePytestOptions,
-	"parse_log_pytest_v2":      parsePytestV2,
-	"parse_log_django":         parseDjango,
-	"parse_log_seaborn":        parseSeaborn,
-	"parse_log_sympy":          parseSympy,
-	"parse_log_matplotlib":     parseMatplotlib,
-	"parse_log_gotest":         parseGoTest,
-	"parse_log_cargo":          parseCargo,
-	"parse_log_jest":           parseJest,
+// total adapts a parser that cannot fail.
+func total(f func(string) map[string]string) LogParser {
+	return func(log string) (map[string]string, error) { return f(log), nil }
 }
 
-// repoParsers is MAP_REPO_TO_PARSER for classic instances.
+// Parsers are SWE-bench's log parsers by registry name: every parse_log_*
+// function of swebench/harness/log_parsers/{python,go,rust,javascript,java,
+// kotlin,php,ruby,c}.py, the Python per-repo aliases (parse_log_astropy,
+// …) included. parse_log_jekyll and parse_log_immutable_js choose a
+// parser by instance: see ParserFor.
+var Parsers = map[string]LogParser{
+	// python.py
+	"parse_log_pytest":         total(parsePytest),
+	"parse_log_pytest_options": total(parsePytestOptions),
+	"parse_log_pytest_v2":      total(parsePytestV2),
+	"parse_log_django":         parseDjango,
+	"parse_log_seaborn":        parseSeaborn,
+	"parse_log_sympy":          total(parseSympy),
+	"parse_log_matplotlib":     total(parseMatplotlib),
+	"parse_log_astroid":        total(parsePytest),
+	"parse_log_flask":          total(parsePytest),
+	"parse_log_marshmallow":    total(parsePytest),
+	"parse_log_pvlib":          total(parsePytest),
+	"parse_log_pyvista":        total(parsePytest),
+	"parse_log_sqlfluff":       total(parsePytest),
+	"parse_log_xarray":         total(parsePytest),
+	"parse_log_pydicom":        total(parsePytestOptions),
+	"parse_log_requests":       total(parsePytestOptions),
+	"parse_log_pylint":         total(parsePytestOptions),
+	"parse_log_astropy":        total(parsePytestV2),
+	"parse_log_scikit":         total(parsePytestV2),
+	"parse_log_sphinx":         total(parsePytestV2),
+	// go.py, rust.py
+	"parse_log_gotest": total(parseGoTest),
+	"parse_log_cargo":  total(parseCargo),
+	// javascript.py
+	"parse_log_calypso":   parseCalypso,
+	"parse_log_chart_js":  parseChartJS,
+	"parse_log_marked":    parseMarked,
+	"parse_log_p5js":      parseP5JS,
+	"parse_log_react_pdf": parseReactPDF,
+	"parse_log_jest":      total(parseJest),
+	"parse_log_jest_json": parseJestJSON,
+	"parse_log_vitest":    parseVitest,
+	"parse_log_karma":     parseKarma,
+	"parse_log_tap":       parseTap,
+	// java.py, kotlin.py, php.py
+	"parse_log_maven":         parseMaven,
+	"parse_log_ant":           parseAnt,
+	"parse_log_gradle_custom": parseGradleCustom,
+	"parse_log_gradle":        parseGradle,
+	"parse_log_phpunit":       parsePHPUnit,
+	// ruby.py
+	"parse_log_minitest":               parseMinitest,
+	"parse_log_cucumber":               parseCucumber,
+	"parse_log_ruby_unit":              parseRubyUnit,
+	"parse_log_rspec_transformed_json": parseRspecTransformedJSON,
+	// c.py
+	"parse_log_redis":            parseRedis,
+	"parse_log_jq":               parseJq,
+	"parse_log_doctest":          parseDoctest,
+	"parse_log_micropython_test": parseMicropythonTest,
+	"parse_log_googletest":       parseGoogletest,
+}
+
+// instanceParsers are the registry entries that pick another parser by
+// instance id, raising for an instance they do not know.
+var instanceParsers = map[string]func(instanceID string) (string, error){
+	"parse_log_jekyll":       jekyllParser,
+	"parse_log_immutable_js": immutableJSParser,
+}
+
+// ParserFor is the log parser an instance is graded with: the registry
+// entry named, resolved for the instance when the entry chooses by
+// instance. An unknown name, or an instance the entry does not know, is
+// an error (the harness would raise while grading).
+func ParserFor(name, instanceID string) (LogParser, error) {
+	if pick, ok := instanceParsers[name]; ok {
+		n, err := pick(instanceID)
+		if err != nil {
+			return nil, err
+		}
+		name = n
+	}
+	p, ok := Parsers[name]
+	if !ok {
+		return nil, fmt.Errorf("log parser %q is not in SWE-bench's registry as this build knows it", name)
+	}
+	return p, nil
+}
+
+// repoParsers is MAP_REPO_TO_PARSER, by registry name (the Python maps
+// name each repo's function; the aliases above resolve to the same ones).
 var repoParsers = map[string]string{
+	// python.py
 	"astropy/astropy":              "parse_log_pytest_v2",
 	"django/django":                "parse_log_django",
 	"marshmallow-code/marshmallow": "parse_log_pytest",
@@ -54,18 +136,69 @@ var repoParsers = map[string]string{
 	"sqlfluff/sqlfluff":            "parse_log_pytest",
 	"sphinx-doc/sphinx":            "parse_log_pytest_v2",
 	"sympy/sympy":                  "parse_log_sympy",
-	"caddyserver/caddy":            "parse_log_gotest",
-	"hashicorp/terraform":          "parse_log_gotest",
-	"prometheus/prometheus":        "parse_log_gotest",
-	"gohugoio/hugo":                "parse_log_gotest",
-	"gin-gonic/gin":                "parse_log_gotest",
-	"BurntSushi/ripgrep":           "parse_log_cargo",
-	"sharkdp/bat":                  "parse_log_cargo",
-	"astral-sh/ruff":               "parse_log_cargo",
-	"tokio-rs/tokio":               "parse_log_cargo",
-	"uutils/coreutils":             "parse_log_cargo",
-	"nushell/nushell":              "parse_log_cargo",
-	"tokio-rs/axum":                "parse_log_cargo",
+	// go.py
+	"caddyserver/caddy":      "parse_log_gotest",
+	"hashicorp/terraform":    "parse_log_gotest",
+	"prometheus/prometheus":  "parse_log_gotest",
+	"gohugoio/hugo":          "parse_log_gotest",
+	"gin-gonic/gin":          "parse_log_gotest",
+	"flipt-io/flipt":         "parse_log_gotest",
+	"future-architect/vuls":  "parse_log_gotest",
+	"gravitational/teleport": "parse_log_gotest",
+	"navidrome/navidrome":    "parse_log_gotest",
+	// rust.py (upstream writes ripgrep's key in lower case; datasets
+	// spell the repo BurntSushi/ripgrep, so both are here)
+	"burntsushi/ripgrep": "parse_log_cargo",
+	"BurntSushi/ripgrep": "parse_log_cargo",
+	"sharkdp/bat":        "parse_log_cargo",
+	"astral-sh/ruff":     "parse_log_cargo",
+	"tokio-rs/tokio":     "parse_log_cargo",
+	"uutils/coreutils":   "parse_log_cargo",
+	"nushell/nushell":    "parse_log_cargo",
+	"tokio-rs/axum":      "parse_log_cargo",
+	// javascript.py
+	"Automattic/wp-calypso":     "parse_log_calypso",
+	"chartjs/Chart.js":          "parse_log_chart_js",
+	"markedjs/marked":           "parse_log_marked",
+	"processing/p5.js":          "parse_log_p5js",
+	"diegomura/react-pdf":       "parse_log_react_pdf",
+	"babel/babel":               "parse_log_jest",
+	"vuejs/core":                "parse_log_vitest",
+	"facebook/docusaurus":       "parse_log_jest",
+	"immutable-js/immutable-js": "parse_log_immutable_js",
+	"mrdoob/three.js":           "parse_log_tap",
+	"preactjs/preact":           "parse_log_karma",
+	"axios/axios":               "parse_log_tap",
+	// java.py
+	"google/gson":           "parse_log_maven",
+	"apache/druid":          "parse_log_maven",
+	"javaparser/javaparser": "parse_log_maven",
+	"projectlombok/lombok":  "parse_log_ant",
+	"apache/lucene":         "parse_log_gradle_custom",
+	"reactivex/rxjava":      "parse_log_gradle_custom",
+	// php.py
+	"phpoffice/phpspreadsheet": "parse_log_phpunit",
+	// ruby.py
+	"jekyll/jekyll":     "parse_log_jekyll",
+	"fluent/fluentd":    "parse_log_ruby_unit",
+	"fastlane/fastlane": "parse_log_rspec_transformed_json",
+	"jordansissel/fpm":  "parse_log_rspec_transformed_json",
+	"faker-ruby/faker":  "parse_log_ruby_unit",
+	"rubocop/rubocop":   "parse_log_rspec_transformed_json",
+	// c.py
+	"redis/redis":             "parse_log_redis",
+	"jqlang/jq":               "parse_log_jq",
+	"nlohmann/json":           "parse_log_doctest",
+	"micropython/micropython": "parse_log_micropython_test",
+	"valkey-io/valkey":        "parse_log_redis",
+	"fmtlib/fmt":              "parse_log_googletest",
+}
+
+func init() {
+	// kotlin.py maps these Android/Kotlin repos to parse_log_gradle.
+	for _, r := range kotlinRepos {
+		repoParsers[r] = "parse_log_gradle"
+	}
 }
 
 func startsWithStatus(line string) bool {
@@ -99,7 +232,7 @@ func parsePytest(log string) map[string]string {
 		if strings.HasPrefix(line, StatusFailed) {
 			line = strings.ReplaceAll(line, " - ", " ")
 		}
-		tc := strings.Fields(line)
+		tc := pySplit(line)
 		if len(tc) <= 1 || skipCount.MatchString(tc[1]) {
 			continue
 		}
@@ -121,7 +254,7 @@ func parsePytestOptions(log string) map[string]string {
 		if strings.HasPrefix(line, StatusFailed) {
 			line = strings.ReplaceAll(line, " - ", " ")
 		}
-		tc := strings.Fields(line)
+		tc := pySplit(line)
 		if len(tc) <= 1 || skipCount.MatchString(tc[1]) {
 			continue
 		}
@@ -160,12 +293,12 @@ func parsePytestV2(log string) map[string]string {
 			if strings.HasPrefix(line, StatusFailed) {
 				line, _, _ = strings.Cut(line, " - ")
 			}
-			tc := strings.Fields(line)
+			tc := pySplit(line)
 			if len(tc) >= 2 {
 				sm[strings.Join(tc[1:], " ")] = tc[0]
 			}
 		case endsWithStatus(line):
-			tc := strings.Fields(line)
+			tc := pySplit(line)
 			if len(tc) >= 2 {
 				sm[strings.Join(tc[:len(tc)-1], " ")] = tc[len(tc)-1]
 			}
@@ -175,18 +308,18 @@ func parsePytestV2(log string) map[string]string {
 }
 
 var djangoPatterns = []*regexp.Regexp{
-	regexp.MustCompile(`(?m)^(.*?)\s\.\.\.\sTesting against Django installed in ((?s:.*?)) silenced\)\.\nok$`),
-	regexp.MustCompile(`(?m)^(.*?)\s\.\.\.\sInternal Server Error: \/(.*)\/\nok$`),
-	regexp.MustCompile(`(?m)^(.*?)\s\.\.\.\sSystem check identified no issues \(0 silenced\)\nok$`),
+	pyre(`(?m)^(.*?)\s\.\.\.\sTesting against Django installed in ((?s:.*?)) silenced\)\.\nok$`),
+	pyre(`(?m)^(.*?)\s\.\.\.\sInternal Server Error: \/(.*)\/\nok$`),
+	pyre(`(?m)^(.*?)\s\.\.\.\sSystem check identified no issues \(0 silenced\)\nok$`),
 }
 
 // parseDjango is parse_log_django.
-func parseDjango(log string) map[string]string {
+func parseDjango(log string) (map[string]string, error) {
 	sm := map[string]string{}
 	prev := ""
 	havePrev := false
 	for _, line := range strings.Split(log, "\n") {
-		line = strings.TrimSpace(line)
+		line = pyStrip(line)
 		if strings.Contains(line, "--version is equivalent to version") {
 			sm["--version is equivalent to version"] = StatusPassed
 		}
@@ -198,7 +331,7 @@ func parseDjango(log string) map[string]string {
 			if strings.HasSuffix(line, suffix) {
 				if strings.HasPrefix(line, "Applying sites.0002_alter_domain_unique...test_no_migrations") {
 					_, rest, _ := strings.Cut(line, "...")
-					line = strings.TrimSpace(rest)
+					line = pyStrip(rest)
 				}
 				i := strings.LastIndex(line, suffix)
 				sm[line[:i]] = StatusPassed
@@ -214,18 +347,22 @@ func parseDjango(log string) map[string]string {
 			sm[t] = StatusFailed
 		}
 		if strings.HasPrefix(line, "FAIL:") {
-			if f := strings.Fields(line); len(f) > 1 {
-				sm[f[1]] = StatusFailed
+			f := pySplit(line)
+			if len(f) < 2 {
+				return nil, fmt.Errorf("parse_log_django: line %q has no test name after FAIL: (the harness raises IndexError)", line)
 			}
+			sm[f[1]] = StatusFailed
 		}
 		if strings.HasSuffix(line, " ... ERROR") {
 			t, _, _ := strings.Cut(line, " ... ERROR")
 			sm[t] = StatusError
 		}
 		if strings.HasPrefix(line, "ERROR:") {
-			if f := strings.Fields(line); len(f) > 1 {
-				sm[f[1]] = StatusError
+			f := pySplit(line)
+			if len(f) < 2 {
+				return nil, fmt.Errorf("parse_log_django: line %q has no test name after ERROR: (the harness raises IndexError)", line)
 			}
+			sm[f[1]] = StatusError
 		}
 		if strings.HasPrefix(line, "ok") && havePrev {
 			sm[prev] = StatusPassed
@@ -236,29 +373,35 @@ func parseDjango(log string) map[string]string {
 			sm[m[1]] = StatusPassed
 		}
 	}
-	return sm
+	return sm, nil
 }
 
 // parseSeaborn is parse_log_seaborn.
-func parseSeaborn(log string) map[string]string {
+func parseSeaborn(log string) (map[string]string, error) {
 	sm := map[string]string{}
 	for _, line := range strings.Split(log, "\n") {
+		f := pySplit(line)
 		switch {
 		case strings.HasPrefix(line, StatusFailed):
-			if f := strings.Fields(line); len(f) > 1 {
-				sm[f[1]] = StatusFailed
+			if len(f) < 2 {
+				return nil, fmt.Errorf("parse_log_seaborn: line %q has no test name (the harness raises IndexError)", line)
 			}
+			sm[f[1]] = StatusFailed
 		case strings.Contains(line, " "+StatusPassed+" "):
-			if f := strings.Fields(line); len(f) > 1 && f[1] == StatusPassed {
+			if len(f) < 2 {
+				return nil, fmt.Errorf("parse_log_seaborn: line %q has one word (the harness raises IndexError)", line)
+			}
+			if f[1] == StatusPassed {
 				sm[f[0]] = StatusPassed
 			}
 		case strings.HasPrefix(line, StatusPassed):
-			if f := strings.Fields(line); len(f) > 1 {
-				sm[f[1]] = StatusPassed
+			if len(f) < 2 {
+				return nil, fmt.Errorf("parse_log_seaborn: line %q has no test name (the harness raises IndexError)", line)
 			}
+			sm[f[1]] = StatusPassed
 		}
 	}
-	return sm
+	return sm, nil
 }
 
 var sympyFailure = regexp.MustCompile(`(_*) (.*)\.py:(.*) (_*)`)
@@ -270,11 +413,11 @@ func parseSympy(log string) map[string]string {
 		sm[m[2]+".py:"+m[3]] = StatusFailed
 	}
 	for _, line := range strings.Split(log, "\n") {
-		line = strings.TrimSpace(line)
+		line = pyStrip(line)
 		if !strings.HasPrefix(line, "test_") {
 			continue
 		}
-		name := strings.Fields(line)[0]
+		name := pySplit(line)[0]
 		if strings.HasSuffix(line, " E") {
 			sm[name] = StatusError
 		}
@@ -301,7 +444,7 @@ var goTest = regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (.+) \((.+)\)$`)
 func parseGoTest(log string) map[string]string {
 	sm := map[string]string{}
 	for _, line := range strings.Split(log, "\n") {
-		m := goTest.FindStringSubmatch(strings.TrimSpace(line))
+		m := goTest.FindStringSubmatch(pyStrip(line))
 		if m == nil {
 			continue
 		}
@@ -310,13 +453,13 @@ func parseGoTest(log string) map[string]string {
 	return sm
 }
 
-var cargoTest = regexp.MustCompile(`^test\s+(\S+)\s+\.\.\.\s+(\w+)$`)
+var cargoTest = pyre(`^test\s+(\S+)\s+\.\.\.\s+(\w+)$`)
 
 // parseCargo is parse_log_cargo: "test name ... ok|FAILED".
 func parseCargo(log string) map[string]string {
 	sm := map[string]string{}
 	for _, line := range strings.Split(log, "\n") {
-		m := cargoTest.FindStringSubmatch(strings.TrimSpace(line))
+		m := cargoTest.FindStringSubmatch(pyStrip(line))
 		if m == nil {
 			continue
 		}
@@ -330,17 +473,18 @@ func parseCargo(log string) map[string]string {
 	return sm
 }
 
-var jestTest = regexp.MustCompile(`^\s*(✓|✕|○)\s(.+?)(?:\s\((\d+\s*m?s)\))?$`)
+var jestTest = pyre(`^\s*(✓|✕|○)\s(.+?)(?:\s\((\d+\s*m?s)\))?$`)
 
-// parseJest is parse_log_jest.
+// parseJest is parse_log_jest (jest --verbose): the stripped line
+// matched, the name stripped again.
 func parseJest(log string) map[string]string {
 	sm := map[string]string{}
 	for _, line := range strings.Split(log, "\n") {
-		m := jestTest.FindStringSubmatch(line)
+		m := pyMatch(jestTest, pyStrip(line))
 		if m == nil {
 			continue
 		}
-		sm[m[2]] = map[string]string{"✓": StatusPassed, "✕": StatusFailed, "○": StatusSkipped}[m[1]]
+		sm[pyStrip(m[2])] = map[string]string{"✓": StatusPassed, "✕": StatusFailed, "○": StatusSkipped}[m[1]]
 	}
 	return sm
 }

@@ -14,6 +14,13 @@
 // instance's log parser and the v5 FAIL_TO_PASS / PASS_TO_PASS rule,
 // including its invalidation checks (see grading.go).
 //
+// The eval script's output goes to a file in the sandbox that the grader
+// reads back (up to LogCap), so logs longer than a command's 1 MiB output
+// limit grade whole. Every log parser of the harness's registry is here
+// (parsers*.go, with Python's string and regexp semantics kept, see
+// pyre.go); a v5 instance's image_assets are downloaded as the harness's
+// JavaScript builder downloads them (assets.go).
+//
 // Query parameters: instances=a,b; image=REF (for every instance);
 // network=deny; oracle=true (the gold patch is also placed at
 // /testbed/.evalsi-gold.patch). A directory means DIR/test.parquet.
@@ -199,9 +206,6 @@ func ImageName(instanceID string) string {
 }
 
 func record(in Instance, q importer.Query, oracle bool) (spec.Record, error) {
-	if len(in.ImageAssets) > 0 && !bytes.Equal(in.ImageAssets, []byte("null")) && !bytes.Equal(in.ImageAssets, []byte("{}")) && !bytes.Equal(in.ImageAssets, []byte(`""`)) {
-		return spec.Record{}, &dockerfile.RefusalError{Reason: "image_assets (multimodal binary baselines) are not supported"}
-	}
 	script, err := EvalScript(in)
 	if err != nil {
 		return spec.Record{}, err
@@ -210,8 +214,11 @@ func record(in Instance, q importer.Query, oracle bool) (spec.Record, error) {
 	if g.LogParser == "" {
 		g.LogParser = repoParsers[in.Repo]
 	}
-	if _, ok := Parsers[g.LogParser]; !ok {
-		return spec.Record{}, &dockerfile.RefusalError{Reason: fmt.Sprintf("log parser %q (repo %s) is not implemented", g.LogParser, in.Repo)}
+	if g.LogParser == "" {
+		return spec.Record{}, &dockerfile.RefusalError{Reason: fmt.Sprintf("repo %s is not in SWE-bench's MAP_REPO_TO_PARSER and the instance names no log_parser", in.Repo)}
+	}
+	if _, err := ParserFor(g.LogParser, in.InstanceID); err != nil {
+		return spec.Record{}, &dockerfile.RefusalError{Reason: fmt.Sprintf("log parser for repo %s: %v", in.Repo, err)}
 	}
 	if g.EvalType == "" {
 		g.EvalType = EvalPassAndFail
@@ -284,22 +291,42 @@ const applyFunc = `apply_patch() {
 const gradeMarker = ">>>>> evalsi swebench grade "
 
 func checkerScript(grade []byte) string {
-	return fmt.Sprintf(`printf '%%s\n' %s
-cd %s || exit 0
-%s
+	return fmt.Sprintf(`printf '%%s\n' %[1]s
+cd %[2]s || exit 0
+%[3]s
 git add -A -- . ':(exclude).evalsi-gold.patch' >/dev/null 2>&1
 git -c core.fileMode=false diff --cached --binary HEAD > /tmp/evalsi-model.patch
 git reset -q --hard HEAD && git clean -fdq
 apply_patch /tmp/evalsi-model.patch 2>&1 || exit 0
-timeout %d /bin/bash /eval.sh 2>&1
+rm -f %[5]s
+timeout %[4]d /bin/bash /eval.sh > %[5]s 2>&1
 code=$?
-if [ $code -eq 124 ]; then echo "%s"; fi
+echo "%[7]s"
+if [ $code -eq 124 ]; then echo "%[6]s"; fi
 exit 0
-`, dockerfile.Quote(gradeMarker+string(grade)), Workdir, applyFunc, int(EvalTimeout.Seconds()), TestsTimeout)
+`, dockerfile.Quote(gradeMarker+string(grade)), Workdir, applyFunc, int(EvalTimeout.Seconds()), TestOutputPath, TestsTimeout, testOutputMarker)
 }
 
+// TestOutputPath is where the checker writes the eval script's output
+// (the harness's test_output.txt). The grader reads it back whole, up to
+// LogCap, rather than through the command's stdout, which the sandbox cuts
+// at sandbox.DefaultOutputLimit (1 MiB): long test logs grade on their
+// end marker and results as the harness grades them.
+const TestOutputPath = "/tmp/evalsi-test-output.txt"
+
+// LogCap bounds the test output the grader reads (the harness has no
+// bound). A longer log is graded on its first LogCap bytes with a note
+// that it was cut, which, with the end marker past the cut, makes the log
+// invalid: not resolved.
+const LogCap = 64 << 20
+
+// testOutputMarker tells the grader that the eval script ran and its
+// output is in TestOutputPath.
+const testOutputMarker = ">>>>> evalsi test output in " + TestOutputPath
+
 // EvalScript is the instance's eval script as the harness runs it: a v5
-// instance's own, or the one the harness builds for a classic instance;
+// instance's own (with its image_assets downloaded before the test patch,
+// see assets.go), or the one the harness builds for a classic instance;
 // the test exit code recorded around the end marker either way.
 func EvalScript(in Instance) (string, error) {
 	var lines []string
@@ -310,7 +337,16 @@ func EvalScript(in Instance) (string, error) {
 			}
 			lines = append(lines, l)
 		}
+		assets, err := parseImageAssets(in.ImageAssets)
+		if err != nil {
+			return "", err
+		}
+		if lines, err = insertDownloads(lines, assets); err != nil {
+			return "", &dockerfile.RefusalError{Reason: err.Error()}
+		}
 	} else {
+		// make_eval_script_list_py does not download image_assets (only
+		// the JavaScript builder does), so a classic instance's are unused.
 		s, ok := lookupSpecs(in.Repo, in.Version)
 		if !ok {
 			return "", &dockerfile.RefusalError{Reason: fmt.Sprintf("no harness specs for %s version %s in this build: the test command of classic instances comes from SWE-bench's MAP_REPO_VERSION_TO_SPECS (use a v5 instance with eval_script)", in.Repo, in.Version)}
@@ -342,7 +378,11 @@ type repoSpecs struct {
 	EvalCommands []string
 }
 
-const testPytest = "pytest --no-header -rA --tb=no -p no:cacheprovider"
+// testPytest is TEST_PYTEST as SPECS_SQLFLUFF sees it. constants/python.py
+// assigns TEST_PYTEST twice: first "pytest --no-header -rA --tb=no -p
+// no:cacheprovider", then, a few lines below, "pytest -rA", and every spec
+// defined after that (sqlfluff's included) gets the second.
+const testPytest = "pytest -rA"
 
 // lookupSpecs knows the repos whose specs this build carries.
 func lookupSpecs(repo, version string) (repoSpecs, bool) {

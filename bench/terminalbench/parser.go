@@ -1,6 +1,7 @@
 package terminalbench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -162,6 +163,9 @@ func swebenchVerdict(_ context.Context, res sandbox.ExecResult, _ checker.Sandbo
 // verdict grades as Terminal-Bench does: a parse error leaves the trial
 // unresolved (it is counted, as a failure, not dropped).
 func verdict(res sandbox.ExecResult, parse func(string) (map[string]Status, error)) (checker.Verdict, error) {
+	if bytes.Contains(res.Stdout, []byte(TestsTimedOut)) {
+		return checker.Verdict{Pass: false, Score: 0, Details: "unresolved: run-tests.sh ran past max_test_timeout_sec (Terminal-Bench: TEST_TIMEOUT, the output is not parsed)"}, nil
+	}
 	pane := Pane(string(res.Stdout) + string(res.Stderr))
 	results, err := parse(pane)
 	if err != nil {

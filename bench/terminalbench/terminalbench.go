@@ -26,6 +26,7 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -238,7 +239,7 @@ func importTask(dir, name string, q importer.Query) (spec.Record, error) {
 	}
 	tests["/tests/run-tests.sh"] = dockerfile.File{Data: rt, Mode: 0o755}
 	files, fix := dockerfile.EncodeFiles(tests)
-	run := "bash /tests/run-tests.sh"
+	run := testCommand(t.MaxTestTimeoutSec)
 	if fix != "" {
 		run = fix + " && " + run
 	}
@@ -246,7 +247,9 @@ func importTask(dir, name string, q importer.Query) (spec.Record, error) {
 		Files:   files,
 		Command: []string{"bash", "-c", run},
 		Parser:  parser,
-		Timeout: spec.Duration(time.Duration(t.MaxTestTimeoutSec * float64(time.Second))),
+		// The tests' own limit is in the command; this one only catches a
+		// sandbox that hangs past it.
+		Timeout: spec.Duration(time.Duration(t.MaxTestTimeoutSec*float64(time.Second)) + testTimeoutGrace),
 	}
 
 	sol, err := solution(dir)
@@ -363,4 +366,32 @@ func solution(dir string) (*importer.Solution, error) {
 	}
 	files, fix := dockerfile.EncodeFiles(map[string]dockerfile.File{"/oracle/solution.sh": {Data: []byte(script.String()), Mode: 0o755}})
 	return &importer.Solution{Files: files, Setup: fix, Command: "bash /oracle/solution.sh"}, nil
+}
+
+// TestsTimedOut is the line the checker prints when run-tests.sh ran past
+// max_test_timeout_sec. Terminal-Bench then records FailureMode
+// TEST_TIMEOUT and does not parse the output: the trial is unresolved (a
+// failure, counted), not an error. The checker command's own timeout
+// would make it an infrastructure error, so the limit is applied inside
+// the command, with timeout(1).
+const TestsTimedOut = ">>>>> evalsi: run-tests.sh timed out (Terminal-Bench TEST_TIMEOUT)"
+
+// testTimeoutGrace is how much longer than the tests' limit the checker
+// command may run: timeout's -k grace and the file setup.
+const testTimeoutGrace = time.Minute
+
+// testCommand runs run-tests.sh as the harness does, bounded by the task's
+// max_test_timeout_sec, as one brace group (so a file-decoding step can be
+// put before it with &&). It exits 0 whatever the tests did, since
+// Terminal-Bench grades the output, not the exit status; only a missing
+// timeout(1) is exit 127 (the image lacks coreutils: an infrastructure
+// error, not a score).
+func testCommand(maxTestTimeoutSec float64) string {
+	secs := strconv.FormatFloat(maxTestTimeoutSec, 'f', -1, 64)
+	return fmt.Sprintf(`{
+command -v timeout >/dev/null || { echo "evalsi: timeout(1) is not in the image; it bounds run-tests.sh by max_test_timeout_sec" >&2; exit 127; }
+timeout -k 10 %s bash /tests/run-tests.sh
+if [ $? -eq 124 ]; then echo %s; fi
+exit 0
+}`, secs, dockerfile.Quote(TestsTimedOut))
 }

@@ -72,10 +72,10 @@ func TestImportTranspose(t *testing.T) {
 	if c == nil || c.Parser != ParserPytest || c.Files["/tests/run-tests.sh"] == "" || c.Files["/tests/transpose_test.py"] == "" {
 		t.Fatalf("checker %+v", c)
 	}
-	if got := strings.Join(c.Command, " "); !strings.HasSuffix(got, "bash /tests/run-tests.sh") {
+	if got := strings.Join(c.Command, " "); !strings.Contains(got, "timeout -k 10 1800 bash /tests/run-tests.sh\n") {
 		t.Errorf("checker command %q", got)
 	}
-	if c.Timeout.D().Seconds() != 1800 {
+	if c.Timeout.D().Seconds() != 1800+60 {
 		t.Errorf("checker timeout %v", c.Timeout.D())
 	}
 	if r.Metadata["solution"] == nil {

@@ -46,12 +46,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	resume := fs.String("resume", "", "continue the interrupted or killed run RUN (id or unique prefix) instead of starting one")
 	failUnder := thresholds{}
 	fs.Var(failUnder, "fail-under", "NAME=VALUE: exit 1 when the mean of NAME is below VALUE (repeatable)")
+	mirrors := imageMirrors{}
+	fs.Var(mirrors, "image-mirror", "FROM=TO: resolve image FROM (a reference or prefix) as TO, e.g. oci-layout:PATH; added to environment.image_mirrors, winning over it (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err}
 	}
 	if *resume != "" {
-		if *file != "" || fs.NArg() > 0 || *judgeProvider != "" || *judgeModel != "" {
-			return usagef("--resume continues a run with the spec it was started with; do not pass -f, a spec or --judge-* flags with it")
+		if *file != "" || fs.NArg() > 0 || *judgeProvider != "" || *judgeModel != "" || len(mirrors) > 0 {
+			return usagef("--resume continues a run with the spec it was started with; do not pass -f, a spec, --judge-* or --image-mirror flags with it")
 		}
 		return resumeRun(ctx, *resume, runOutput{storePath: *storePath, asJSON: *asJSON, junit: *junit, verbose: *verbose, failUnder: failUnder}, stdout, stderr)
 	}
@@ -82,6 +84,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			f.Spec.Judge.Model = *judgeModel
 		}
 	}
+	mirrors.apply(f.Spec)
 	if err := f.Spec.Validate(); err != nil {
 		return &usageError{err}
 	}
