@@ -81,6 +81,10 @@ func TestExamplesOffline(t *testing.T) {
 		{"../../examples/trials-offline.yaml", map[string]float64{"exact-match": 6.0 / 9, "pass@1": 6.0 / 9, "pass@3": 1, "pass^3": 1.0 / 3}},
 		{"../../examples/agents/fix-calc-offline.yaml", map[string]float64{"task-success": 1, "mergeable": 1, "policy-clean": 1, "within-budget": 1, "agent-steps": 4}},
 		{"../../examples/agents/fix-calc-wrong-offline.yaml", map[string]float64{"task-success": 0, "mergeable": 0, "policy-clean": 1}},
+		// External harnesses over the harness protocol: Go (go run) and Python.
+		{"../../examples/agents/fix-calc-external-go.yaml", map[string]float64{"task-success": 1, "mergeable": 1, "policy-clean": 1, "agent-steps": 4}},
+		{"../../examples/agents/fix-calc-external-python.yaml", map[string]float64{"task-success": 1, "mergeable": 1, "policy-clean": 1, "agent-steps": 4}},
+		{"../../examples/agents/cli-offline.yaml", map[string]float64{"task-success": 1, "policy-clean": 1, "agent-steps": 4, "agent-cost-usd": 0.0321}},
 	}
 	for _, c := range cases {
 		t.Run(filepath.Base(c.file), func(t *testing.T) {
