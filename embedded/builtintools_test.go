@@ -248,3 +248,17 @@ func TestBuiltinToolsStartErrors(t *testing.T) {
 		})
 	}
 }
+
+// Tools belong to the built-in agent; another agent kind must not look as if
+// it ran with them.
+func TestBuiltinToolsRefusedForOtherAgents(t *testing.T) {
+	requireAgentSandbox(t)
+	f := writeSpec(t, "name: tools-other-agent\ndataset:\n  records: [{id: r, input: x}]\n"+
+		"target: {agent: {cli: {command: 'echo hi'}}}\nenvironment: {sandbox: {network: deny}}\n"+
+		"harness:\n  builtin:\n    tools:\n      mocks: [{name: m1, response: x}]\n")
+	_, err := openApp(t).Run(context.Background(), f, RunOptions{})
+	var se SpecError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "applies only to the built-in agent") {
+		t.Fatalf("err = %v, want a spec error refusing tools for target.agent", err)
+	}
+}

@@ -88,6 +88,12 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if t := cfg.Tools; t != nil && (len(t.MCP) > 0 || len(t.Mocks) > 0 || len(t.Faults) > 0) &&
+		(s.Target.Agent != nil || (s.Harness != nil && s.Harness.External != nil)) {
+		// Only the built-in agent's tool calls pass through the harness;
+		// silently dropping these would make a run look tested when it is not.
+		return nil, SpecError{f.Errorf("harness.builtin.tools", "harness.builtin.tools applies only to the built-in agent; with target.agent or harness.external the agent brings its own tools (remove tools, or drop target.agent/harness.external)")}
+	}
 	var ag agent.Agent
 	if s.Harness != nil && s.Harness.External != nil {
 		ag, err = a.externalAgent(ctx, f, lims.options(mopts, s.Target.ModelRef), pricing)
