@@ -63,7 +63,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
 
 	"evals.si/agent"
-	"evals.si/agent/httpagent"
+	"evals.si/agent/remote"
 	"evals.si/model"
 	"evals.si/spec"
 	"evals.si/trajectory"
@@ -91,19 +91,16 @@ type Agent struct {
 // New checks cfg and returns the agent. headers_env values are read now
 // through opts.Getenv.
 func New(cfg spec.A2AAgent, opts model.Options) (*Agent, error) {
-	u, err := url.Parse(cfg.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("target.agent.a2a.url %q is not an http(s) URL: give the agent's base URL (where /.well-known/agent-card.json is served)", cfg.URL)
+	if err := remote.CheckURL("target.agent.a2a.url", cfg.URL, "give the agent's base URL (where /.well-known/agent-card.json is served)"); err != nil {
+		return nil, err
 	}
-	h, err := httpagent.Headers("target.agent.a2a.headers_env", cfg.HeadersEnv, opts.Getenv)
+	h, err := remote.Headers("target.agent.a2a.headers_env", cfg.HeadersEnv, opts.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	hc := &http.Client{}
-	if opts.HTTPClient != nil {
-		c := *opts.HTTPClient
-		hc = &c
-	}
+	// A copy: the headers go into its transport.
+	c := *remote.HTTPClient(opts)
+	hc := &c
 	if len(h) > 0 {
 		base := hc.Transport
 		if base == nil {
@@ -219,53 +216,45 @@ func (a *Agent) card(ctx context.Context) (*sdk.AgentCard, error) {
 // Run sends the instruction and follows the conversation; see the package
 // comment.
 func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
-	if t.Emit == nil {
-		return agent.Result{}, errors.New("a2a agent: task has no event sink")
+	c, err := remote.Start("a2a agent", &t)
+	if err != nil {
+		return agent.Result{}, err
 	}
-	r := &run{task: &t, seen: map[string]bool{}}
-	text := t.Instruction
-	if strings.TrimSpace(text) == "" {
-		return r.fail(ctx, fmt.Errorf("a2a agent: record %q has no instruction", t.RecordID))
+	c.StepPerTurn = true
+	r := &run{Conversation: c, seen: map[string]bool{}}
+	opening := remote.Instruction(t)
+	if err := c.CheckOpening(opening); err != nil {
+		return c.Fail(ctx, err)
 	}
 	cn, fallback, err := a.connect(ctx, "")
 	if err != nil {
-		return r.fail(ctx, err)
+		return c.Fail(ctx, err)
 	}
 	defer func() { _ = cn.c.Destroy() }()
-	if err := r.log(fmt.Sprintf("a2a: %s speaking A2A v%s", a.url, cn.version)); err != nil {
-		return r.fail(ctx, err)
+	if err := c.Log(fmt.Sprintf("a2a: %s speaking A2A v%s", a.url, cn.version)); err != nil {
+		return c.Fail(ctx, err)
 	}
-
-	var conv []trajectory.Message
 	var contextID string
 	var taskID sdk.TaskID
-	for {
-		msg := trajectory.Message{Role: trajectory.RoleUser, Content: text}
-		conv = append(conv, msg)
-		r.steps++
-		if err := r.emit(trajectory.Event{Kind: trajectory.KindMessage, Step: r.steps, Message: &msg}); err != nil {
-			return r.fail(ctx, err)
-		}
-		out := sdk.NewMessage(sdk.MessageRoleUser, sdk.NewTextPart(text))
+	err = c.Converse(ctx, opening, func(ctx context.Context, conv []trajectory.Message) (remote.Answer, error) {
+		out := sdk.NewMessage(sdk.MessageRoleUser, sdk.NewTextPart(conv[len(conv)-1].Content))
 		out.ContextID, out.TaskID = contextID, taskID
 		r.seen[out.ID] = true
 		start := time.Now()
 		res, err := cn.c.SendMessage(ctx, &sdk.SendMessageRequest{Message: out})
-		if err != nil && fallback && r.steps == 1 && (errors.Is(err, sdk.ErrMethodNotFound) || errors.Is(err, sdk.ErrVersionNotSupported)) {
+		if err != nil && fallback && c.Steps == 1 && (errors.Is(err, sdk.ErrMethodNotFound) || errors.Is(err, sdk.ErrVersionNotSupported)) {
 			_ = cn.c.Destroy()
 			if cn, _, err = a.connect(ctx, V0); err != nil {
-				return r.fail(ctx, err)
+				return remote.Answer{}, err
 			}
-			if err := r.log(fmt.Sprintf("a2a: %s has no agent card and refused v1.0; speaking A2A v%s", a.url, V0)); err != nil {
-				return r.fail(ctx, err)
+			if err := c.Log(fmt.Sprintf("a2a: %s has no agent card and refused v1.0; speaking A2A v%s", a.url, V0)); err != nil {
+				return remote.Answer{}, err
 			}
 			res, err = cn.c.SendMessage(ctx, &sdk.SendMessageRequest{Message: out})
 		}
 		if err != nil {
-			return r.fail(ctx, fmt.Errorf("a2a agent %s: sending a message: %w", a.url, err))
+			return remote.Answer{}, fmt.Errorf("a2a agent %s: sending a message: %w", a.url, err)
 		}
-		var answer string
-		state := sdk.TaskStateCompleted
 		taskID = ""
 		switch v := res.(type) {
 		case *sdk.Message:
@@ -274,53 +263,40 @@ func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
 			if v.ContextID != "" {
 				contextID = v.ContextID
 			}
-			answer = partsText(v.Parts)
-			if err := r.agentMessage(v, time.Since(start)); err != nil {
-				return r.fail(ctx, err)
-			}
+			return remote.Answer{Text: partsText(v.Parts)}, r.agentMessage(v, time.Since(start))
 		case *sdk.Task:
 			task, err := a.follow(ctx, cn.c, r, v)
 			if err != nil {
-				return r.fail(ctx, err)
+				return remote.Answer{}, err
 			}
-			contextID, state = task.ContextID, task.Status.State
-			if answer, err = r.taskAnswer(task); err != nil {
-				return r.fail(ctx, err)
+			contextID = task.ContextID
+			answer, err := r.taskAnswer(task)
+			if err != nil {
+				return remote.Answer{}, err
 			}
-			if state == sdk.TaskStateInputRequired {
+			switch state := task.Status.State; state {
+			case sdk.TaskStateCompleted:
+				return remote.Answer{Text: answer}, nil
+			case sdk.TaskStateInputRequired:
+				// The user's reply answers this task.
 				taskID = task.ID
+				return remote.Answer{Text: answer, Waiting: "task ended input-required"}, nil
+			default:
+				return remote.Answer{Text: answer, End: "task ended " + stateName(state)}, nil
 			}
 		default:
-			return r.fail(ctx, fmt.Errorf("a2a agent %s: unexpected reply %T", a.url, res))
+			return remote.Answer{}, fmt.Errorf("a2a agent %s: unexpected reply %T", a.url, res)
 		}
-		r.out = answer
-		conv = append(conv, trajectory.Message{Role: trajectory.RoleAssistant, Content: answer})
-		if state != sdk.TaskStateCompleted && state != sdk.TaskStateInputRequired {
-			r.detail = "task ended " + stateName(state)
-			break
-		}
-		if t.User == nil {
-			if state == sdk.TaskStateInputRequired {
-				r.detail = "task ended input-required (no user simulator to answer)"
-			}
-			break
-		}
-		next, done, err := t.User.Reply(ctx, conv)
-		if err != nil {
-			return r.fail(ctx, fmt.Errorf("a2a agent: user simulator: %w", err))
-		}
-		if done {
-			if state == sdk.TaskStateInputRequired {
-				r.detail = "task ended input-required (the user simulator was done)"
-			}
-			if err := r.userDone(next, conv); err != nil {
-				return r.fail(ctx, err)
-			}
-			break
-		}
-		text = next
+	})
+	if err != nil {
+		return c.Fail(ctx, err)
 	}
-	return r.stop()
+	if d := c.Detail(); d != "" {
+		if err := c.Log("a2a: " + d); err != nil {
+			return c.Fail(ctx, err)
+		}
+	}
+	return c.Stop()
 }
 
 // follow polls a task until it is terminal or interrupted, recording the
@@ -331,7 +307,7 @@ func (a *Agent) follow(ctx context.Context, c *a2aclient.Client, r *run, task *s
 	for {
 		if task.Status.State != last {
 			last = task.Status.State
-			if err := r.log(fmt.Sprintf("a2a task %s: %s", task.ID, stateName(last))); err != nil {
+			if err := r.Log(fmt.Sprintf("a2a task %s: %s", task.ID, stateName(last))); err != nil {
 				return nil, err
 			}
 		}
@@ -390,10 +366,7 @@ func partsText(parts sdk.ContentParts) string {
 
 // run is the state of one Run.
 type run struct {
-	task   *agent.Task
-	steps  int
-	out    string
-	detail string
+	*remote.Conversation
 	// seen holds the ids of messages already recorded.
 	seen map[string]bool
 }
@@ -407,7 +380,7 @@ func (r *run) agentMessage(m *sdk.Message, d time.Duration) error {
 		r.seen[m.ID] = true
 	}
 	msg := trajectory.Message{Role: trajectory.RoleAssistant, Content: partsText(m.Parts)}
-	return r.emit(trajectory.Event{Kind: trajectory.KindMessage, Step: r.steps, DurationMS: d.Milliseconds(), Message: &msg})
+	return r.Emit(trajectory.Event{Kind: trajectory.KindMessage, Step: r.Steps, DurationMS: d.Milliseconds(), Message: &msg})
 }
 
 // taskAnswer records a settled task's agent messages and artifacts and
@@ -442,7 +415,7 @@ func (r *run) taskAnswer(task *sdk.Task) (string, error) {
 		if !r.seen[key] {
 			r.seen[key] = true
 			msg := trajectory.Message{Role: trajectory.RoleAssistant, Content: txt, Name: art.Name}
-			if err := r.emit(trajectory.Event{Kind: trajectory.KindMessage, Step: r.steps, Message: &msg}); err != nil {
+			if err := r.Emit(trajectory.Event{Kind: trajectory.KindMessage, Step: r.Steps, Message: &msg}); err != nil {
 				return "", err
 			}
 		}
@@ -457,57 +430,4 @@ func (r *run) taskAnswer(task *sdk.Task) (string, error) {
 		}
 	}
 	return "", nil
-}
-
-// userDone records the end of a conversation the user ended: a closing
-// remark (text before the simulator's stop signal) is recorded, not
-// answered.
-func (r *run) userDone(text string, conv []trajectory.Message) error {
-	turns := 0
-	for _, m := range conv {
-		if m.Role == trajectory.RoleUser {
-			turns++
-		}
-	}
-	r.detail = strings.TrimPrefix(r.detail+"; ", "; ") + fmt.Sprintf("the user is done after %d user turns", turns)
-	if text == "" {
-		return nil
-	}
-	return r.emit(trajectory.Event{Kind: trajectory.KindMessage, Step: r.steps, Message: &trajectory.Message{Role: trajectory.RoleUser, Content: text}})
-}
-
-func (r *run) log(text string) error {
-	return r.emit(trajectory.Event{Kind: trajectory.KindLog, Step: r.steps, Log: &trajectory.Log{Text: text}})
-}
-
-func (r *run) emit(e trajectory.Event) error {
-	e.Time = time.Now()
-	if err := r.task.Emit.Emit(e); err != nil {
-		return fmt.Errorf("recording %s event: %w", e.Kind, err)
-	}
-	return nil
-}
-
-func (r *run) stop() (agent.Result, error) {
-	res := agent.Result{Output: r.out, Steps: r.steps, StopReason: agent.StopAnswered}
-	if r.detail != "" {
-		if err := r.log("a2a: " + r.detail); err != nil {
-			return res, err
-		}
-	}
-	return res, r.emit(trajectory.Event{Kind: trajectory.KindStop, Step: r.steps, Stop: &trajectory.Stop{Reason: agent.StopAnswered, Detail: r.detail}})
-}
-
-// fail records an infrastructure error (best effort) and returns it; a
-// done context is a cancellation.
-func (r *run) fail(ctx context.Context, err error) (agent.Result, error) {
-	reason := agent.StopError
-	if ctx.Err() != nil {
-		reason = agent.StopCanceled
-	}
-	if reason == agent.StopError {
-		_ = r.emit(trajectory.Event{Kind: trajectory.KindError, Step: r.steps, Error: &trajectory.Error{Kind: "agent", Message: err.Error()}})
-	}
-	_ = r.emit(trajectory.Event{Kind: trajectory.KindStop, Step: r.steps, Stop: &trajectory.Stop{Reason: reason, Detail: err.Error()}})
-	return agent.Result{Output: r.out, Steps: r.steps, StopReason: reason}, err
 }

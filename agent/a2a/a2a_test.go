@@ -22,6 +22,7 @@ import (
 
 	"evals.si/agent"
 	"evals.si/agent/a2a"
+	"evals.si/agent/remote/remotetest"
 	"evals.si/internal/testenv"
 	"evals.si/model"
 	"evals.si/spec"
@@ -192,22 +193,6 @@ func startJSAgent(t *testing.T, versions string) string {
 	return ""
 }
 
-// scriptedUser answers with its replies in order, then is done.
-type scriptedUser struct {
-	replies []string
-	seen    [][]trajectory.Message
-}
-
-func (u *scriptedUser) Reply(ctx context.Context, conv []trajectory.Message) (string, bool, error) {
-	u.seen = append(u.seen, slices.Clone(conv))
-	if len(u.replies) == 0 {
-		return "", true, nil
-	}
-	r := u.replies[0]
-	u.replies = u.replies[1:]
-	return r, false, nil
-}
-
 type events []trajectory.Event
 
 func (e events) logs() string {
@@ -277,7 +262,7 @@ func TestA2APeers(t *testing.T) {
 				t.Errorf("the completed state is not recorded:\n%s", evs.logs())
 			}
 
-			user := &scriptedUser{replies: []string{"celsius"}}
+			user := &remotetest.User{Replies: []string{"celsius"}}
 			res, evs, err = runTask(t, cfg, model.Options{}, "clarify the temperature", user)
 			if err != nil {
 				t.Fatal(err)
@@ -285,8 +270,8 @@ func TestA2APeers(t *testing.T) {
 			if res.Output != "42 celsius" || res.Steps != 2 {
 				t.Errorf("input-required: result = %+v", res)
 			}
-			if len(user.seen) < 1 || user.seen[0][len(user.seen[0])-1].Content != "Which unit?" {
-				t.Errorf("the user simulator saw %+v, want the agent's question last", user.seen)
+			if len(user.Seen) < 1 || user.Seen[0][len(user.Seen[0])-1].Content != "Which unit?" {
+				t.Errorf("the user simulator saw %+v, want the agent's question last", user.Seen)
 			}
 			if !strings.Contains(evs.logs(), ": input-required") {
 				t.Errorf("input-required is not recorded:\n%s", evs.logs())
@@ -319,7 +304,7 @@ func TestA2AInputRequiredWithoutUser(t *testing.T) {
 // header from headers_env reaches every request.
 func TestA2AConversationKeepsContext(t *testing.T) {
 	g := startGoAgent(t, []string{a2a.V1}, true)
-	user := &scriptedUser{replies: []string{"hi", "more"}}
+	user := &remotetest.User{Replies: []string{"hi", "more"}}
 	opts := model.Options{Getenv: func(k string) string { return map[string]string{"AGENT_KEY": "k-123"}[k] }}
 	res, evs, err := runTask(t, spec.A2AAgent{URL: g.URL, HeadersEnv: map[string]string{"X-Api-Key": "AGENT_KEY"}}, opts, "first", user)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"evals.si/agent"
 	"evals.si/agent/httpagent"
+	"evals.si/agent/remote/remotetest"
 	"evals.si/model"
 	"evals.si/spec"
 	"evals.si/trajectory"
@@ -74,24 +75,6 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-type scriptedUser struct{ replies []string }
-
-func (u *scriptedUser) Reply(ctx context.Context, conv []trajectory.Message) (string, bool, error) {
-	if len(u.replies) == 0 {
-		return "", true, nil
-	}
-	r := u.replies[0]
-	u.replies = u.replies[1:]
-	return r, false, nil
-}
-
-func collect() (*[]trajectory.Event, trajectory.Sink) {
-	var evs []trajectory.Event
-	return &evs, trajectory.SinkFunc(func(e trajectory.Event) error { evs = append(evs, e); return nil })
-}
-
-func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-
 func TestHTTPAgentMultiTurnStepsAndHeaders(t *testing.T) {
 	srv := &server{}
 	ts := httptest.NewServer(srv)
@@ -103,12 +86,12 @@ func TestHTTPAgentMultiTurnStepsAndHeaders(t *testing.T) {
 		MessagesPath: "steps",
 		HeadersEnv:   map[string]string{"Authorization": "AGENT_TOKEN"},
 	}
-	a, err := httpagent.New(cfg, model.Options{Getenv: env(map[string]string{"AGENT_TOKEN": "Bearer s3cret"})})
+	a, err := httpagent.New(cfg, model.Options{Getenv: remotetest.Env(map[string]string{"AGENT_TOKEN": "Bearer s3cret"})})
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs, sink := collect()
-	res, err := a.Run(context.Background(), agent.Task{RecordID: "r1", Trial: 2, Instruction: `say "hi"`, Emit: sink, User: &scriptedUser{replies: []string{"again"}}})
+	evs, sink := remotetest.Collect()
+	res, err := a.Run(context.Background(), agent.Task{RecordID: "r1", Trial: 2, Instruction: `say "hi"`, Emit: sink, User: &remotetest.User{Replies: []string{"again"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,15 +112,13 @@ func TestHTTPAgentMultiTurnStepsAndHeaders(t *testing.T) {
 			t.Errorf("Authorization = %q", a)
 		}
 	}
-	var kinds []string
 	for _, e := range *evs {
-		kinds = append(kinds, string(e.Kind))
 		if e.Kind == trajectory.KindToolCall && (e.ToolCall.Name != "lookup" || string(e.ToolCall.Arguments) != `{"q":"x"}`) {
 			t.Errorf("tool call = %+v", e.ToolCall)
 		}
 	}
 	want := "message,message,tool_call,tool_result,message,message,message,tool_call,tool_result,message,stop"
-	if got := strings.Join(kinds, ","); got != want {
+	if got := remotetest.Kinds(*evs); got != want {
 		t.Errorf("events = %s\nwant     %s", got, want)
 	}
 }
@@ -156,7 +137,7 @@ func TestHTTPAgentDefaultsAndRawText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sink := collect()
+	_, sink := remotetest.Collect()
 	res, err := a.Run(context.Background(), agent.Task{RecordID: "r", Instruction: "q", Emit: sink})
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +162,7 @@ func TestHTTPAgentInfraErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, sink := collect()
+			_, sink := remotetest.Collect()
 			res, err := a.Run(context.Background(), agent.Task{RecordID: "r", Instruction: tc.input, Emit: sink})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want one mentioning %q", err, tc.want)
@@ -206,7 +187,7 @@ func TestHTTPAgentNewRefusesBadSpecs(t *testing.T) {
 		{"bad url", spec.HTTPAgent{URL: "127.0.0.1:1"}, "url"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := httpagent.New(tc.cfg, model.Options{Getenv: env(nil)})
+			_, err := httpagent.New(tc.cfg, model.Options{Getenv: remotetest.Env(nil)})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want one mentioning %q", err, tc.want)
 			}

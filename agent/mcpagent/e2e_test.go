@@ -1,97 +1,25 @@
 package mcpagent_test
 
 import (
-	"context"
-	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"evals.si/embedded"
-	"evals.si/internal/testenv"
-	"evals.si/spec"
-	"evals.si/trajectory"
+	"evals.si/agent/remote/remotetest"
 )
-
-// runExample runs examples/agents/<name> through embedded.App with from
-// (the example's URL) replaced by to (the test peer's) and every edit
-// applied, and returns the summary scores and the first trial's events.
-func runExample(t *testing.T, name, from, to string, edits ...[2]string) (map[string]float64, []trajectory.Event) {
-	t.Helper()
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		testenv.Missing(t, "bwrap", "the task's checker runs in a bubblewrap sandbox")
-	}
-	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "agents", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	y := string(b)
-	if !strings.Contains(y, from) {
-		t.Fatalf("%s does not contain %q", name, from)
-	}
-	y = strings.ReplaceAll(y, from, to)
-	for _, e := range edits {
-		if !strings.Contains(y, e[0]) {
-			t.Fatalf("%s does not contain %q", name, e[0])
-		}
-		y = strings.ReplaceAll(y, e[0], e[1])
-	}
-	dir := t.TempDir()
-	f, err := spec.Parse(filepath.Join(dir, name), []byte(y))
-	if err != nil {
-		t.Fatalf("spec: %v\n%s", err, y)
-	}
-	f.Dir = dir
-	logger := slog.New(slog.DiscardHandler)
-	if testing.Verbose() {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	ctx := context.Background()
-	app, err := embedded.Open(ctx, embedded.Options{StorePath: filepath.Join(dir, "evalsi.db"), StateDir: filepath.Join(dir, "state"), Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Close()
-	sum, err := app.Run(ctx, f, embedded.RunOptions{})
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	d, err := app.RunDetail(ctx, sum.RunID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sum.Errored != 0 || len(d.Trials) == 0 {
-		for _, tr := range d.Trials {
-			t.Logf("trial %s: %s %s", tr.RecordID, tr.Status, tr.Error)
-		}
-		t.Fatalf("%d trial(s) errored: %v", sum.Errored, sum.ErrorsByKind)
-	}
-	evs, err := app.Store().Events(ctx, d.Trials[0].ID, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sum.Scores, evs
-}
 
 // TestMCPExampleEndToEnd: examples/agents/mcp.yaml against a go-sdk MCP
 // server: the answer is graded by includes and the task's environment is
 // built and checked.
 func TestMCPExampleEndToEnd(t *testing.T) {
 	url, calls := mcpServer(t)
-	scores, evs := runExample(t, "mcp.yaml", "http://127.0.0.1:8931/mcp", url)
+	scores, evs := remotetest.Example(t, "mcp.yaml", "http://127.0.0.1:8931/mcp", url)
 	if scores["includes"] != 1 || scores["task-success"] != 1 {
 		t.Errorf("scores = %v, want includes 1 and task-success 1", scores)
 	}
 	if got := calls(); len(got) != 1 || !strings.Contains(got[0], "capital of France") {
 		t.Errorf("tool calls = %q", got)
 	}
-	var checked bool
-	for _, e := range evs {
-		checked = checked || (e.Kind == trajectory.KindChecker && e.Checker.Pass)
-	}
-	if !checked {
+	if !remotetest.Checked(evs) {
 		t.Errorf("no passing checker event in %d events", len(evs))
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"evals.si/agent"
 	"evals.si/agent/mcpagent"
+	"evals.si/agent/remote/remotetest"
 	"evals.si/model"
 	"evals.si/spec"
 	"evals.si/trajectory"
@@ -57,35 +58,14 @@ func mcpServer(t *testing.T) (url string, calls func() []string) {
 	}
 }
 
-// scriptedUser answers with its replies in order, then is done.
-type scriptedUser struct {
-	replies []string
-	seen    [][]trajectory.Message
-}
-
-func (u *scriptedUser) Reply(ctx context.Context, conv []trajectory.Message) (string, bool, error) {
-	u.seen = append(u.seen, append([]trajectory.Message(nil), conv...))
-	if len(u.replies) == 0 {
-		return "", true, nil
-	}
-	r := u.replies[0]
-	u.replies = u.replies[1:]
-	return r, false, nil
-}
-
-func collect() (*[]trajectory.Event, trajectory.Sink) {
-	var evs []trajectory.Event
-	return &evs, trajectory.SinkFunc(func(e trajectory.Event) error { evs = append(evs, e); return nil })
-}
-
 func TestMCPAgentMultiTurn(t *testing.T) {
 	url, calls := mcpServer(t)
 	a, err := mcpagent.New(spec.MCPAgent{URL: url, Tool: "solve", Argument: "question"}, model.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs, sink := collect()
-	user := &scriptedUser{replies: []string{"and 10 cubed?"}}
+	evs, sink := remotetest.Collect()
+	user := &remotetest.User{Replies: []string{"and 10 cubed?"}}
 	res, err := a.Run(context.Background(), agent.Task{RecordID: "r1", Instruction: "what is 2+2?", Emit: sink, User: user})
 	if err != nil {
 		t.Fatal(err)
@@ -96,8 +76,8 @@ func TestMCPAgentMultiTurn(t *testing.T) {
 	if got := calls(); len(got) != 2 || got[0] != "what is 2+2?" || got[1] != "and 10 cubed?" {
 		t.Errorf("tool calls = %q", got)
 	}
-	if len(user.seen) != 2 || user.seen[0][1].Content != "answer to: what is 2+2?" {
-		t.Errorf("user saw %+v", user.seen)
+	if len(user.Seen) != 2 || user.Seen[0][1].Content != "answer to: what is 2+2?" {
+		t.Errorf("user saw %+v", user.Seen)
 	}
 	var roles []string
 	for _, e := range *evs {
@@ -119,7 +99,7 @@ func TestMCPAgentDefaultArgumentAndToolError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs, sink := collect()
+	evs, sink := remotetest.Collect()
 	res, err := a.Run(context.Background(), agent.Task{RecordID: "r1", Instruction: "do it", Emit: sink})
 	if err != nil {
 		t.Fatalf("a tool result with isError is an answer, not an infra error: %v", err)
@@ -150,7 +130,7 @@ func TestMCPAgentInfraErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			evs, sink := collect()
+			evs, sink := remotetest.Collect()
 			res, err := a.Run(context.Background(), agent.Task{RecordID: "r1", Instruction: "x", Emit: sink})
 			if err == nil {
 				t.Fatalf("want an error, got %+v", res)

@@ -23,10 +23,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net/http"
-	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -35,6 +31,7 @@ import (
 	oai "github.com/openai/openai-go/v3/responses"
 
 	"evals.si/agent"
+	"evals.si/agent/remote"
 	"evals.si/model"
 	"evals.si/spec"
 	"evals.si/trajectory"
@@ -45,47 +42,33 @@ type Agent struct {
 	cfg     spec.ResponsesAgent
 	svc     oai.ResponseService
 	pricing model.Pricing
-	log     *slog.Logger
 }
 
 // New checks cfg and returns the agent. The API key is read now from the
 // worker variable api_key_env names (through opts.Getenv); without
 // api_key_env no Authorization header is sent.
 func New(cfg spec.ResponsesAgent, opts model.Options, pricing model.Pricing) (*Agent, error) {
-	u, err := url.Parse(cfg.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("target.agent.responses.base_url %q is not an http(s) URL: give the API's base, e.g. https://api.openai.com/v1", cfg.BaseURL)
+	if err := remote.CheckURL("target.agent.responses.base_url", cfg.BaseURL, "give the API's base, e.g. https://api.openai.com/v1"); err != nil {
+		return nil, err
 	}
 	if strings.TrimSpace(cfg.Model) == "" {
 		return nil, errors.New("target.agent.responses.model is empty")
 	}
-	getenv := opts.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	hc := opts.HTTPClient
-	if hc == nil {
-		hc = &http.Client{}
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	// Explicit options only: openai.NewClient would also read OPENAI_* from
 	// the process environment, which must not leak into a run.
 	ro := []option.RequestOption{
-		option.WithHTTPClient(hc),
+		option.WithHTTPClient(remote.HTTPClient(opts)),
 		option.WithBaseURL(strings.TrimSuffix(cfg.BaseURL, "/") + "/"),
 		option.WithMaxRetries(model.DefaultMaxRetries),
 	}
 	if cfg.APIKeyEnv != "" {
-		key := getenv(cfg.APIKeyEnv)
+		key := remote.Getenv(opts)(cfg.APIKeyEnv)
 		if key == "" {
 			return nil, fmt.Errorf("target.agent.responses.api_key_env names %s, which is not set: export it where evalsi runs", cfg.APIKeyEnv)
 		}
 		ro = append(ro, option.WithAPIKey(key))
 	}
-	return &Agent{cfg: cfg, svc: oai.NewResponseService(ro...), pricing: pricing, log: log}, nil
+	return &Agent{cfg: cfg, svc: oai.NewResponseService(ro...), pricing: pricing}, nil
 }
 
 // reply is the part of a response this package reads, decoded from the
@@ -128,103 +111,73 @@ type item struct {
 // Run sends the opening input, then each reply of Task.User with
 // previous_response_id set to the last response.
 func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
-	if t.Emit == nil {
-		return agent.Result{}, errors.New("responses agent: task has no event sink")
+	c, err := remote.Start("responses agent", &t)
+	if err != nil {
+		return agent.Result{}, err
 	}
-	r := &run{task: &t}
-	input, conv := opening(t)
-	if len(conv) == 0 {
-		return r.fail(ctx, fmt.Errorf("responses agent: record %q has no instruction", t.RecordID))
-	}
-	for i := range conv {
-		if err := r.emit(trajectory.Event{Kind: trajectory.KindMessage, Message: &conv[i]}); err != nil {
-			return r.fail(ctx, err)
-		}
-	}
+	conv0, items := opening(t)
 	prev := ""
-	for {
-		params := oai.ResponseNewParams{Model: a.cfg.Model, Input: input}
-		if prev != "" {
+	return c.Run(ctx, conv0, func(ctx context.Context, conv []trajectory.Message) (remote.Answer, error) {
+		// The first request carries the opening messages; later ones the
+		// user's reply, continuing the stored conversation.
+		params := oai.ResponseNewParams{Model: a.cfg.Model}
+		if prev == "" {
+			params.Input = firstInput(conv, items)
+		} else {
+			params.Input = oai.ResponseNewParamsInputUnion{OfString: openai.String(conv[len(conv)-1].Content)}
 			params.PreviousResponseID = openai.String(prev)
 		}
 		start := time.Now()
 		resp, err := a.svc.New(ctx, params)
 		if err != nil {
-			return r.fail(ctx, fmt.Errorf("responses agent: POST %s/responses: %w", strings.TrimSuffix(a.cfg.BaseURL, "/"), err))
+			return remote.Answer{}, fmt.Errorf("responses agent: POST %s/responses: %w", strings.TrimSuffix(a.cfg.BaseURL, "/"), err)
 		}
 		var rep reply
 		if err := json.Unmarshal([]byte(resp.RawJSON()), &rep); err != nil || rep.ID == "" {
-			return r.fail(ctx, fmt.Errorf("responses agent: unreadable response from %s (%v): %.200s", a.cfg.BaseURL, err, resp.RawJSON()))
+			return remote.Answer{}, fmt.Errorf("responses agent: unreadable response from %s (%v): %.200s", a.cfg.BaseURL, err, resp.RawJSON())
 		}
-		r.steps++
-		answer, err := r.record(rep, a.cfg.Model, a.pricing, time.Since(start).Milliseconds())
+		c.Steps++
+		answer, err := record(c, rep, a.cfg.Model, a.pricing, time.Since(start).Milliseconds())
 		if err != nil {
-			return r.fail(ctx, err)
+			return remote.Answer{}, err
 		}
-		r.out = answer
 		prev = rep.ID
-		conv = append(conv, trajectory.Message{Role: trajectory.RoleAssistant, Content: answer})
-		if t.User == nil {
-			break
-		}
-		next, done, err := t.User.Reply(ctx, conv)
-		if err != nil {
-			return r.fail(ctx, fmt.Errorf("responses agent: user simulator: %w", err))
-		}
-		if done {
-			if err := r.userDone(next, conv); err != nil {
-				return r.fail(ctx, err)
-			}
-			break
-		}
-		msg := trajectory.Message{Role: trajectory.RoleUser, Content: next}
-		conv = append(conv, msg)
-		if err := r.emit(trajectory.Event{Kind: trajectory.KindMessage, Step: r.steps, Message: &msg}); err != nil {
-			return r.fail(ctx, err)
-		}
-		input = oai.ResponseNewParamsInputUnion{OfString: openai.String(next)}
-	}
-	return r.stop()
+		return remote.Answer{Text: answer}, nil
+	})
 }
 
-// opening is the first request's input: the record's messages as input
-// items when it has them, else the instruction as a string.
-func opening(t agent.Task) (oai.ResponseNewParamsInputUnion, []trajectory.Message) {
-	var items oai.ResponseInputParam
-	var conv []trajectory.Message
+// opening is the conversation the first request sends: the record's user,
+// assistant and system messages when it has any (sent as input items),
+// else the instruction (sent as a string).
+func opening(t agent.Task) (conv []trajectory.Message, items bool) {
 	for _, m := range t.Input {
-		role := oai.EasyInputMessageRole(m.Role)
 		switch m.Role {
 		case trajectory.RoleUser, trajectory.RoleAssistant, trajectory.RoleSystem:
-		default:
-			continue
+			conv = append(conv, trajectory.Message{Role: m.Role, Content: m.Content})
 		}
-		items = append(items, oai.ResponseInputItemParamOfMessage(m.Content, role))
-		conv = append(conv, trajectory.Message{Role: m.Role, Content: m.Content})
 	}
-	if len(items) > 0 {
-		return oai.ResponseNewParamsInputUnion{OfInputItemList: items}, conv
+	if len(conv) > 0 {
+		return conv, true
 	}
-	if strings.TrimSpace(t.Instruction) == "" {
-		return oai.ResponseNewParamsInputUnion{}, nil
-	}
-	return oai.ResponseNewParamsInputUnion{OfString: openai.String(t.Instruction)},
-		[]trajectory.Message{{Role: trajectory.RoleUser, Content: t.Instruction}}
+	return remote.Instruction(t), false
 }
 
-// run is the state of one Run.
-type run struct {
-	task  *agent.Task
-	steps int
-	out   string
-	usage trajectory.Usage
-	cost  float64
-	notes []string
+// firstInput is the first request's input: the opening messages as input
+// items, or the instruction as a string.
+func firstInput(conv []trajectory.Message, items bool) oai.ResponseNewParamsInputUnion {
+	if !items {
+		return oai.ResponseNewParamsInputUnion{OfString: openai.String(conv[0].Content)}
+	}
+	var list oai.ResponseInputParam
+	for _, m := range conv {
+		list = append(list, oai.ResponseInputItemParamOfMessage(m.Content, oai.EasyInputMessageRole(m.Role)))
+	}
+	return oai.ResponseNewParamsInputUnion{OfInputItemList: list}
 }
 
 // record emits one response's model call and output items and returns its
 // text answer.
-func (r *run) record(rep reply, mdl string, pricing model.Pricing, ms int64) (string, error) {
+func record(c *remote.Conversation, rep reply, mdl string, pricing model.Pricing, ms int64) (string, error) {
 	if rep.Status == "failed" {
 		msg := "no error given"
 		if rep.Error != nil {
@@ -240,14 +193,14 @@ func (r *run) record(rep reply, mdl string, pricing model.Pricing, ms int64) (st
 		mdl = rep.Model
 	}
 	usd, _ := pricing.Cost(mdl, u)
-	r.usage = r.usage.Add(u)
-	r.cost += usd
+	c.Usage = c.Usage.Add(u)
+	c.CostUSD += usd
 	stop := rep.Status
 	if rep.IncompleteDetails != nil && rep.IncompleteDetails.Reason != "" {
 		stop += ": " + rep.IncompleteDetails.Reason
-		r.notes = append(r.notes, fmt.Sprintf("response %s incomplete (%s)", rep.ID, rep.IncompleteDetails.Reason))
+		c.Note(fmt.Sprintf("response %s incomplete (%s)", rep.ID, rep.IncompleteDetails.Reason))
 	}
-	if err := r.emit(trajectory.Event{Kind: trajectory.KindModelCall, Step: r.steps, DurationMS: ms,
+	if err := c.Emit(trajectory.Event{Kind: trajectory.KindModelCall, Step: c.Steps, DurationMS: ms,
 		ModelCall: &trajectory.ModelCall{Model: mdl, Usage: u, CostUSD: usd, StopReason: stop}}); err != nil {
 		return "", err
 	}
@@ -276,72 +229,24 @@ func (r *run) record(rep reply, mdl string, pricing model.Pricing, ms int64) (st
 			for _, s := range it.Summary {
 				sum = append(sum, s.Text)
 			}
-			if err := r.emit(trajectory.Event{Kind: trajectory.KindLog, Step: r.steps, Log: &trajectory.Log{Text: "reasoning: " + strings.Join(sum, "\n")}}); err != nil {
+			if err := c.Emit(trajectory.Event{Kind: trajectory.KindLog, Step: c.Steps, Log: &trajectory.Log{Text: "reasoning: " + strings.Join(sum, "\n")}}); err != nil {
 				return "", err
 			}
 		default:
-			if err := r.emit(trajectory.Event{Kind: trajectory.KindLog, Step: r.steps, Log: &trajectory.Log{Text: "output item: " + it.Type + " " + it.Name}}); err != nil {
+			if err := c.Emit(trajectory.Event{Kind: trajectory.KindLog, Step: c.Steps, Log: &trajectory.Log{Text: "output item: " + it.Type + " " + it.Name}}); err != nil {
 				return "", err
 			}
 		}
 	}
 	answer := strings.Join(texts, "\n")
 	msg := trajectory.Message{Role: trajectory.RoleAssistant, Content: answer, ToolCalls: calls}
-	if err := r.emit(trajectory.Event{Kind: trajectory.KindMessage, Step: r.steps, Message: &msg}); err != nil {
+	if err := c.Emit(trajectory.Event{Kind: trajectory.KindMessage, Step: c.Steps, Message: &msg}); err != nil {
 		return "", err
 	}
 	for i := range calls {
-		if err := r.emit(trajectory.Event{Kind: trajectory.KindToolCall, Step: r.steps, ToolCall: &calls[i]}); err != nil {
+		if err := c.Emit(trajectory.Event{Kind: trajectory.KindToolCall, Step: c.Steps, ToolCall: &calls[i]}); err != nil {
 			return "", err
 		}
 	}
 	return answer, nil
-}
-
-// userDone records the end of a conversation the user ended: a closing
-// remark (text before the simulator's stop signal) is recorded, not
-// answered.
-func (r *run) userDone(text string, conv []trajectory.Message) error {
-	turns := 0
-	for _, m := range conv {
-		if m.Role == trajectory.RoleUser {
-			turns++
-		}
-	}
-	r.notes = append(r.notes, fmt.Sprintf("the user is done after %d user turns", turns))
-	if text == "" {
-		return nil
-	}
-	return r.emit(trajectory.Event{Kind: trajectory.KindMessage, Step: r.steps, Message: &trajectory.Message{Role: trajectory.RoleUser, Content: text}})
-}
-
-func (r *run) emit(e trajectory.Event) error {
-	e.Time = time.Now()
-	if err := r.task.Emit.Emit(e); err != nil {
-		return fmt.Errorf("recording %s event: %w", e.Kind, err)
-	}
-	return nil
-}
-
-func (r *run) result(reason string) agent.Result {
-	return agent.Result{Output: r.out, Usage: r.usage, CostUSD: r.cost, Steps: r.steps, StopReason: reason}
-}
-
-func (r *run) stop() (agent.Result, error) {
-	return r.result(agent.StopAnswered), r.emit(trajectory.Event{Kind: trajectory.KindStop, Step: r.steps,
-		Stop: &trajectory.Stop{Reason: agent.StopAnswered, Detail: strings.Join(r.notes, "; ")}})
-}
-
-// fail records an infrastructure error (best effort) and returns it; a
-// done context is a cancellation.
-func (r *run) fail(ctx context.Context, err error) (agent.Result, error) {
-	reason := agent.StopError
-	if ctx.Err() != nil {
-		reason = agent.StopCanceled
-	}
-	if reason == agent.StopError {
-		_ = r.emit(trajectory.Event{Kind: trajectory.KindError, Step: r.steps, Error: &trajectory.Error{Kind: "agent", Message: err.Error()}})
-	}
-	_ = r.emit(trajectory.Event{Kind: trajectory.KindStop, Step: r.steps, Stop: &trajectory.Stop{Reason: reason, Detail: err.Error()}})
-	return r.result(reason), err
 }

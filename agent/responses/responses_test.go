@@ -9,30 +9,13 @@ import (
 	"testing"
 
 	"evals.si/agent"
+	"evals.si/agent/remote/remotetest"
 	"evals.si/agent/responses"
 	"evals.si/model"
 	"evals.si/modelserver"
 	"evals.si/spec"
 	"evals.si/trajectory"
 )
-
-type scriptedUser struct{ replies []string }
-
-func (u *scriptedUser) Reply(ctx context.Context, conv []trajectory.Message) (string, bool, error) {
-	if len(u.replies) == 0 {
-		return "", true, nil
-	}
-	r := u.replies[0]
-	u.replies = u.replies[1:]
-	return r, false, nil
-}
-
-func collect() (*[]trajectory.Event, trajectory.Sink) {
-	var evs []trajectory.Event
-	return &evs, trajectory.SinkFunc(func(e trajectory.Event) error { evs = append(evs, e); return nil })
-}
-
-func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 // TestResponsesTwoTurns: the second turn's reply is the script's second
 // reply only when the scripted server sees the first response's items
@@ -46,12 +29,12 @@ func TestResponsesTwoTurns(t *testing.T) {
 	ts := httptest.NewServer(ms)
 	defer ts.Close()
 	a, err := responses.New(spec.ResponsesAgent{BaseURL: ts.URL + "/v1", Model: "agent-1", APIKeyEnv: "AGENT_KEY"},
-		model.Options{Getenv: env(map[string]string{"AGENT_KEY": "sk-test"})}, model.DefaultPricing())
+		model.Options{Getenv: remotetest.Env(map[string]string{"AGENT_KEY": "sk-test"})}, model.DefaultPricing())
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs, sink := collect()
-	res, err := a.Run(context.Background(), agent.Task{RecordID: "r1", Instruction: "capital of France?", Emit: sink, User: &scriptedUser{replies: []string{"and Germany?"}}})
+	evs, sink := remotetest.Collect()
+	res, err := a.Run(context.Background(), agent.Task{RecordID: "r1", Instruction: "capital of France?", Emit: sink, User: &remotetest.User{Replies: []string{"and Germany?"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,15 +64,13 @@ func TestResponsesTwoTurns(t *testing.T) {
 	if reqs[0].Path != "/v1/responses" || reqs[0].Header.Get("Authorization") != "REDACTED" {
 		t.Errorf("path %s, Authorization %q", reqs[0].Path, reqs[0].Header.Get("Authorization"))
 	}
-	var kinds []string
 	for _, e := range *evs {
-		kinds = append(kinds, string(e.Kind))
 		if e.Kind == trajectory.KindToolCall && (e.ToolCall.Name != "lookup" || string(e.ToolCall.Arguments) != `{"city":"Berlin"}`) {
 			t.Errorf("tool call = %+v", e.ToolCall)
 		}
 	}
 	want := "message,model_call,message,message,model_call,message,tool_call,stop"
-	if got := strings.Join(kinds, ","); got != want {
+	if got := remotetest.Kinds(*evs); got != want {
 		t.Errorf("events = %s\nwant     %s", got, want)
 	}
 }
@@ -121,7 +102,7 @@ func TestResponsesInfraErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, sink := collect()
+			_, sink := remotetest.Collect()
 			res, err := a.Run(context.Background(), agent.Task{RecordID: "r", Instruction: "q", Emit: sink})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want one mentioning %q", err, tc.want)
@@ -139,7 +120,7 @@ func TestResponsesNewRefusesBadSpecs(t *testing.T) {
 		{BaseURL: "http://127.0.0.1:1"},
 		{BaseURL: "http://127.0.0.1:1", Model: "m", APIKeyEnv: "UNSET_KEY"},
 	} {
-		if _, err := responses.New(cfg, model.Options{Getenv: env(nil)}, model.DefaultPricing()); err == nil {
+		if _, err := responses.New(cfg, model.Options{Getenv: remotetest.Env(nil)}, model.DefaultPricing()); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
 		}
 	}
