@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"strings"
 	"time"
@@ -58,6 +59,9 @@ func CaptureDiff(ctx context.Context, sb Sandbox, workdir string) (diff string, 
 		return nil
 	}
 
+	if noGitDir(ctx, sb, workdir) {
+		return "", false, nil
+	}
 	res, err := git(nil, "rev-parse", "--is-inside-work-tree")
 	if err != nil {
 		return "", false, err
@@ -122,4 +126,27 @@ func CaptureDiff(ctx context.Context, sb Sandbox, workdir string) (diff string, 
 		diff += fmt.Sprintf("\n[evalsi: diff truncated at %d bytes]\n", DiffLimit)
 	}
 	return diff, true, nil
+}
+
+// noGitDir reports whether neither workdir nor any directory above it has a
+// .git entry, which git's own discovery needs: then the workdir is not in a
+// work tree and no command has to run to learn it (most tasks' workdirs
+// are not repositories). Any other answer than "does not exist" (a .git
+// directory cannot be read as a file; a rung may fail differently) leaves
+// the question to git. Only GIT_DIR set in the sandbox's environment, which
+// this does not see, could make git find a repository without one.
+func noGitDir(ctx context.Context, sb Sandbox, workdir string) bool {
+	dir := path.Clean(workdir)
+	if !path.IsAbs(dir) {
+		return false
+	}
+	for {
+		if _, err := sb.ReadFile(ctx, path.Join(dir, ".git")); !errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
+		if dir == "/" {
+			return true
+		}
+		dir = path.Dir(dir)
+	}
 }

@@ -2,6 +2,7 @@ package checker
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 
@@ -127,3 +128,30 @@ func TestCaptureDiffSubdirectory(t *testing.T) {
 }
 
 var _ Sandbox = sandbox.Sandbox(nil)
+
+// execCounter counts the commands run through a sandbox.
+type execCounter struct {
+	sandbox.Sandbox
+	n int
+}
+
+func (c *execCounter) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	c.n++
+	return c.Sandbox.Exec(ctx, req)
+}
+
+// A workdir with no .git at or above it is known not to be a repository
+// without running git; one below a repository still runs it.
+func TestCaptureDiffNoGitDirRunsNothing(t *testing.T) {
+	requireGit(t)
+	sb := newSandbox(t)
+	sh(t, sb, "mkdir -p plain repo/sub && echo b > plain/b && cd repo && git init -q .")
+	c := &execCounter{Sandbox: sb}
+	diff, isGit, err := CaptureDiff(t.Context(), c, testWorkdir+"/plain")
+	if err != nil || isGit || diff != "" || c.n != 0 {
+		t.Errorf("plain directory: diff %q, isGit %v, err %v, %d commands; want empty, false, nil, none", diff, isGit, err, c.n)
+	}
+	if _, isGit, err = CaptureDiff(t.Context(), c, testWorkdir+"/repo/sub"); err != nil || !isGit || c.n == 0 {
+		t.Errorf("directory below a repository: isGit %v, err %v, %d commands; want true, nil, git run", isGit, err, c.n)
+	}
+}

@@ -28,6 +28,9 @@ var allowed = map[string]string{
 	"sandbox/sandboxtest": "test support only (imported by rung tests): starts the host processes the escape suite attacks",
 	"harness/external":    "starts the harness.external command or Python shim the spec names; it only serves the protocol, model output still runs in the sandbox via Worker.Exec",
 
+	// The bwrap rung's half inside a sandbox.
+	"sandbox/bwrap/internal/execserver": "the exec server, PID 1 inside a bwrap sandbox, starts its commands there",
+
 	// Not a rung: starts processes that are not model output.
 	"agent/tools/mcptools": "starts the spec author's stdio MCP servers (harness.builtin.tools.mcp[].command); the go-sdk's CommandTransport takes an *exec.Cmd",
 }

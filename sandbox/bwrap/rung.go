@@ -1,15 +1,21 @@
-// Package bwrap is the bubblewrap rung: every command is one bwrap
-// invocation with new user, mount, PID, network, IPC, UTS and cgroup
-// namespaces, no capabilities, a seccomp filter, its own /proc, /dev and
-// /tmp, over a root assembled by sandbox/overlay. Because each command has
-// its own PID namespace, whatever it leaves running dies with it.
+// Package bwrap is the bubblewrap rung: a sandbox is one bwrap invocation
+// with new user, mount, PID, network, IPC, UTS and cgroup namespaces, no
+// capabilities, a seccomp filter, its own /proc, /dev and /tmp, over a root
+// assembled by sandbox/overlay. Its PID 1 is an exec server (the engine
+// binary re-executed, bound in as /.evalsi/evalsi), started at the first
+// command, which forks each command inside those namespaces: building them
+// is most of what a bwrap invocation costs, so a command costs about a fork
+// and exec instead. Each command gets its own session and, with cgroups,
+// its own cgroup, and whatever it leaves running is killed when it ends.
+// Widening the network (SetPolicy) starts a new server with the host's
+// network for the commands that follow.
 //
 // Limits: a per-command cgroup (v2 when delegated, v1 pids/memory/cpu when
-// the engine is root on a hybrid host) joined by a launcher helper before it
-// execs bwrap, plus rlimits (address space when no memory cgroup applies,
-// file size, core). RLIMIT_NPROC only holds for a non-root host uid: the
-// kernel exempts uid 0, which is what the sandbox's root maps to when the
-// engine runs as root, so then the pids cgroup is the fork-bomb cap.
+// the engine is root on a hybrid host), which the command's first process
+// is forked into, plus rlimits (address space when no memory cgroup
+// applies, file size, core). RLIMIT_NPROC only holds for a non-root host
+// uid: the kernel exempts uid 0, which is what the sandbox's root maps to
+// when the engine runs as root, so then the pids cgroup is the fork-bomb cap.
 //
 // The engine binary re-executes itself as those helpers, so programs (and
 // tests) that use this package call reexec.Init first thing in main.

@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -25,9 +24,9 @@ import (
 	"time"
 
 	"evals.si/sandbox"
+	"evals.si/sandbox/bwrap/internal/execserver"
 	"evals.si/sandbox/limits"
 	"evals.si/sandbox/overlay"
-	"evals.si/sandbox/reexec"
 )
 
 // hostSystemDirs are bound read-only from the host when there is no image.
@@ -45,7 +44,8 @@ var hiddenHostDirs = []string{"/etc/evalsi", "/etc/ssh", "/etc/sudoers.d"}
 const (
 	sandboxHelper    = "/.evalsi/evalsi"
 	sandboxProxySock = "/.evalsi/proxy.sock"
-	proxyListen      = "127.0.0.1:3128"
+	proxyPort        = "3128"
+	proxyListen      = "127.0.0.1:" + proxyPort
 )
 
 // Sandbox is one bubblewrap sandbox.
@@ -67,13 +67,19 @@ type Sandbox struct {
 	seccomp  []byte
 	proxy    string // host path of the proxy socket bound into the sandbox
 	bridge   net.Listener
-	useInit  bool
 	uid, gid int
 	baseEnv  map[string]string
 	report   sandbox.Report
 	seq      atomic.Int64
 	// widened is set by SetPolicy: later commands share the host network.
 	widened atomic.Bool
+
+	// srv is the exec server commands run through (started at the first
+	// command; again after SetPolicy widens the network).
+	srvMu sync.Mutex
+	srv   *execServer
+	// v2mu serialises moving the whole server into a command's cgroup v2.
+	v2mu sync.Mutex
 
 	mu        sync.Mutex
 	closed    bool
@@ -194,13 +200,12 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 			return nil, err
 		}
 	}
-	s.useInit = s.proxy != ""
-	if s.useInit && !s.noImage {
-		// The helper runs inside the image: a dynamically linked build
-		// needs the image to have its loader (and libc).
+	if !s.noImage {
+		// The exec server runs inside the image: a dynamically linked
+		// build needs the image to have its loader (and libc).
 		if interp := elfInterpreter(helper); interp != "" {
 			if _, err := os.Stat(filepath.Join(s.root.Merged, interp)); err != nil {
-				return nil, fmt.Errorf("creating a bwrap sandbox: network allowlist runs %s inside the image, but it is dynamically linked (%s) and the image lacks that loader; build evalsi with CGO_ENABLED=0", helper, interp)
+				return nil, fmt.Errorf("creating a bwrap sandbox: commands run through %s inside the image, but it is dynamically linked (%s) and the image lacks that loader; build evalsi with CGO_ENABLED=0", helper, interp)
 			}
 		}
 	}
@@ -216,7 +221,23 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 		s.baseEnv[k] = v
 	}
 	s.report = s.makeReport(cgNote)
+	// Start the exec server now, in the background: building the
+	// namespaces and starting the server overlaps with what the caller
+	// does before its first command (with a model in the loop, all of it).
+	go s.prestart()
 	return s, nil
+}
+
+// prestart starts the exec server ahead of the first command; a failure is
+// left for that command to meet (and report) when it starts one itself.
+func (s *Sandbox) prestart() {
+	if s.begin() != nil {
+		return
+	}
+	defer s.running.Done()
+	if srv, err := s.server(context.Background()); err == nil {
+		s.release(srv)
+	}
 }
 
 func (s *Sandbox) makeReport(cgNote string) sandbox.Report {
@@ -244,6 +265,11 @@ func (s *Sandbox) makeReport(cgNote string) sandbox.Report {
 		rep.Notes = append(rep.Notes, "memory is capped by RLIMIT_AS (address space): allocations fail instead of an OOM kill, and runtimes reserving large virtual ranges may need more")
 	}
 	rep.Notes = append(rep.Notes, "namespaces: user, mount, pid, net, ipc, uts, cgroup; capabilities: none; seccomp denies "+strings.Join(limits.DeniedSyscallNames(), ", "))
+	exec := "commands are forked by an exec server that is PID 1 of the sandbox's namespaces (not dumpable, unkillable from inside); each runs in its own session"
+	if s.cgroups != nil {
+		exec += " and cgroup"
+	}
+	rep.Notes = append(rep.Notes, exec+", and what it leaves running is killed when it ends")
 	if s.noImage {
 		rep.Notes = append(rep.Notes, "no image: the host's /usr, /bin, /sbin, /lib*, /etc read-only ("+strings.Join(hiddenHostFiles, ", ")+" and "+strings.Join(hiddenHostDirs, ", ")+" hidden)")
 	}
@@ -362,7 +388,9 @@ func (s *Sandbox) begin() error {
 	return nil
 }
 
-// Exec runs one command as one bwrap invocation.
+// Exec runs one command through the sandbox's exec server (started at the
+// first command): forked inside the sandbox's namespaces, in its own
+// session and, with cgroups, its own cgroup.
 func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	if len(req.Argv) == 0 {
 		return sandbox.ExecResult{}, errors.New("exec: empty argv")
@@ -388,6 +416,13 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	}
 	cwd := sandbox.InSandboxPath(s.workdir, req.Workdir)
 	timeout := sandbox.CommandTimeout(s.cfg, req)
+	limit := sandbox.OutputLimit(req)
+
+	srv, err := s.server(ctx)
+	if err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
+	}
+	defer s.release(srv)
 
 	var cg *limits.Cgroup
 	if s.cgroups != nil {
@@ -396,121 +431,109 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		}
 		defer cg.Remove()
 	}
-
-	secR, secW, err := os.Pipe()
-	if err != nil {
-		return sandbox.ExecResult{}, err
-	}
-	defer secR.Close()
-	if _, err := secW.Write(s.seccomp); err != nil {
-		secW.Close()
-		return sandbox.ExecResult{}, fmt.Errorf("exec: passing the seccomp filter: %w", err)
-	}
-	secW.Close()
-	stR, stW, err := os.Pipe()
-	if err != nil {
-		return sandbox.ExecResult{}, err
-	}
-	defer stR.Close()
-
-	blR, blW, err := os.Pipe()
-	if err != nil {
-		return sandbox.ExecResult{}, err
-	}
-	defer blR.Close()
-	defer blW.Close()
-
-	cmd := exec.Command(s.bwrap, s.bwrapArgs(env, cwd, req.Argv)...)
-	cmd.Env = []string{}
-	cmd.ExtraFiles = []*os.File{secR, stW, blR} // fds 3, 4, 5
-	limit := sandbox.OutputLimit(req)
-	stdout, stderr := sandbox.NewCappedBuffer(limit), sandbox.NewCappedBuffer(limit)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if len(req.Stdin) > 0 {
-		cmd.Stdin = bytes.NewReader(req.Stdin)
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.WaitDelay = 5 * time.Second
-
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		stW.Close()
-		return sandbox.ExecResult{}, fmt.Errorf("exec: starting bwrap: %w", err)
+	argv, env := s.command(req.Argv, env)
+	c, err := srv.start(execserver.ExecMsg{Argv: argv, Env: env, Dir: cwd, Stdin: req.Stdin, Limit: limit, Join: cg != nil}, limit)
+	if err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
 	}
-	stW.Close()
-	blR.Close()
-	childc := make(chan int, 1)
-	statusc := make(chan bwrapStatus, 1)
-	go func() { statusc <- readStatus(stR, childc) }()
-	waitc := make(chan error, 1)
-	go func() { waitc <- cmd.Wait() }()
+	defer srv.forget(c)
 
+	// moveBack is set while the whole server is in the command's cgroup
+	// (v2): killing the cgroup then would reach the server, so only the
+	// server kills the command until it is moved back.
+	var moveBack func()
+	defer func() {
+		if moveBack != nil {
+			moveBack()
+		}
+	}()
 	kill := func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		if cg != nil {
-			cg.Kill()
+		srv.send(execserver.FrameKill, c.id, nil)
+		if cg != nil && moveBack == nil {
+			s.killCommands(srv, cg)
 		}
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var timedOut bool
 	var stopErr error
-	waited := false
-	select {
-	case pid, ok := <-childc:
-		// bwrap's sandbox process exists and is blocked on fd 5 before it
-		// forks anything: put it in the command's cgroup and set its
-		// rlimits now, so they hold for everything it starts.
-		if ok {
-			if err := s.confine(pid, cg); err != nil {
+	var ex execserver.ExitMsg
+	killed := false
+	var grace <-chan time.Time
+wait:
+	for {
+		select {
+		case tid := <-c.join:
+			back, err := s.joinCgroup(srv, cg, tid)
+			if err != nil {
 				kill()
-				<-waitc
 				return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
 			}
-		}
-		blW.Write([]byte{0})
-		blW.Close()
-	case <-waitc:
-		waited = true
-	}
-	if !waited {
-		select {
-		case <-waitc:
+			moveBack = back
+			if err := srv.send(execserver.FrameGo, c.id, nil); err != nil {
+				return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
+			}
+		case <-c.started:
+			c.started = nil
+			if moveBack != nil {
+				moveBack()
+				moveBack = nil
+			}
+		case ex = <-c.exit:
+			break wait
+		case <-srv.dead:
+			return sandbox.ExecResult{}, fmt.Errorf("exec: %w", srv.deadErr)
 		case <-timer.C:
 			timedOut = true
-			kill()
-			<-waitc
 		case <-ctx.Done():
 			stopErr = fmt.Errorf("exec: %w", ctx.Err())
-			kill()
-			<-waitc
 		case <-s.done:
 			stopErr = errors.New("exec: bwrap sandbox closed while the command ran")
+		case <-grace:
+			// The server does not answer a kill: end the sandbox's
+			// processes with it; the next command starts a new one.
+			s.srvMu.Lock()
+			if s.srv == srv {
+				s.retire(srv) // killed when released, below
+			}
+			s.srvMu.Unlock()
+			return sandbox.ExecResult{}, errors.New("exec: the sandbox's exec server did not stop the command; restarted it")
+		}
+		if (timedOut || stopErr != nil) && !killed {
+			killed = true
 			kill()
-			<-waitc
+			grace = time.After(5 * time.Second)
 		}
 	}
-	if cg != nil {
-		cg.Kill() // anything that outlived bwrap (it should not)
+	if moveBack != nil {
+		// The exit can be picked before the start: frames are ordered,
+		// so the command has started (or failed to) by now.
+		moveBack()
+		moveBack = nil
 	}
-	st := <-statusc
+	if ex.Setup != "" {
+		return sandbox.ExecResult{}, fmt.Errorf("exec: %s", ex.Setup)
+	}
+	if cg != nil {
+		s.killCommands(srv, cg) // whatever the command left running
+	}
+	var done execserver.DoneMsg
+	select {
+	case done = <-c.done:
+	case <-srv.dead:
+		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", srv.deadErr)
+	}
 	res := sandbox.ExecResult{
-		Stdout:    stdout.Bytes(),
-		Stderr:    stderr.Bytes(),
-		Truncated: stdout.Truncated() || stderr.Truncated(),
+		ExitCode:  ex.Code,
+		Stdout:    c.stdout.Bytes(),
+		Stderr:    c.stderr.Bytes(),
+		Truncated: done.TruncatedStdout || done.TruncatedStderr || c.stdout.Truncated() || c.stderr.Truncated(),
 		TimedOut:  timedOut,
 		Duration:  time.Since(start),
 	}
-	switch {
-	case st.exited:
-		res.ExitCode = st.exitCode
-	case timedOut || stopErr != nil:
+	if killed {
 		res.ExitCode = 128 + int(syscall.SIGKILL)
-	case bytes.Contains(res.Stderr, []byte("bwrap: execvp ")):
-		// The command could not be executed (not found, not executable).
-		res.ExitCode = 127
-	default:
-		return res, fmt.Errorf("exec: bwrap failed to set up the sandbox (exit %d): %s", cmd.ProcessState.ExitCode(), strings.TrimSpace(string(res.Stderr)))
 	}
 	res.Denials = s.denials(res, cg, timedOut, timeout)
 	return res, stopErr
@@ -549,138 +572,26 @@ func (s *Sandbox) denials(res sandbox.ExecResult, cg *limits.Cgroup, timedOut bo
 	return out
 }
 
-// confine joins the sandbox's first process to the command's cgroup and
-// sets the rlimits on it (prlimit); it is blocked, so nothing escapes either.
-// RLIMIT_NPROC is set only for a non-root engine: the kernel exempts uid 0.
-func (s *Sandbox) confine(pid int, cg *limits.Cgroup) error {
-	if cg != nil {
-		for _, f := range cg.ProcsFiles() {
-			if err := os.WriteFile(f, []byte(strconv.Itoa(pid)), 0); err != nil {
-				return fmt.Errorf("joining cgroup: %w", err)
-			}
-		}
-	}
-	var rls []limits.Rlimit
-	for _, rl := range s.rlimits.Outer {
-		// A Go runtime cannot start under a small address-space limit, so
-		// the in-sandbox helper applies RLIMIT_AS itself, after starting
-		// the proxy forwarder and just before it execs the command.
-		if rl.Name == "as" && s.useInit {
-			continue
-		}
-		rls = append(rls, rl)
-	}
-	if s.nproc {
-		rls = append(slices.Clone(rls), limits.Rlimit{Name: "nproc", Value: s.rlimits.NProc})
-	}
-	for _, rl := range rls {
-		if err := rl.ApplyTo(pid); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// bwrapArgs builds one invocation. Order matters: the root first, then
-// mounts on top of it.
-func (s *Sandbox) bwrapArgs(env []string, cwd string, argv []string) []string {
-	a := []string{"--unshare-all"}
-	if s.cfg.Policy.Network == sandbox.NetworkAllow || s.widened.Load() {
-		a = append(a, "--share-net")
-	}
-	a = append(a, "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "evalsi")
-	if s.uid != 0 || s.gid != 0 {
-		a = append(a, "--uid", strconv.Itoa(s.uid), "--gid", strconv.Itoa(s.gid))
-	}
-	merged := s.root.Merged
-	if s.cfg.ReadOnlyRoot {
-		a = append(a, "--ro-bind", merged, "/")
-	} else {
-		a = append(a, "--bind", merged, "/")
-	}
-	if s.noImage {
-		for _, d := range hostSystemDirs {
-			if fi, err := os.Lstat("/" + d); err == nil && fi.IsDir() {
-				a = append(a, "--ro-bind", "/"+d, "/"+d)
-			}
-		}
-		empty := filepath.Join(s.stub, ".evalsi", "empty")
-		for _, f := range hiddenHostFiles {
-			if fi, err := os.Lstat(f); err == nil && fi.Mode().IsRegular() {
-				a = append(a, "--ro-bind", empty, f)
-			}
-		}
-		for _, d := range hiddenHostDirs {
-			if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
-				a = append(a, "--tmpfs", d)
-			}
-		}
-	}
-	a = append(a, "--proc", "/proc", "--dev", "/dev", "--bind", s.tmp, "/tmp")
-	if s.cfg.ReadOnlyRoot {
-		a = append(a, "--bind", filepath.Join(merged, s.workdir), s.workdir)
-	}
-	if s.useInit {
-		a = append(a, "--ro-bind", s.helper, sandboxHelper)
-	}
-	if s.proxy != "" {
-		a = append(a, "--bind", s.proxy, sandboxProxySock)
-	}
-	a = append(a, "--clearenv")
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		a = append(a, "--setenv", k, v)
-	}
-	if s.useInit {
-		a = append(a, "--setenv", reexec.Env, helperInit)
-	}
-	a = append(a, "--chdir", cwd, "--seccomp", "3", "--json-status-fd", "4", "--block-fd", "5", "--")
-	if s.useInit {
-		a = append(a, sandboxHelper)
-		if s.proxy != "" {
-			a = append(a, "--forward", sandboxProxySock, proxyListen)
-		}
-		for _, rl := range s.rlimits.Outer {
-			if rl.Name == "as" {
-				a = append(a, "--rlimit", rl.String())
-			}
-		}
-		a = append(a, "--")
-	}
-	return append(a, argv...)
-}
-
-type bwrapStatus struct {
-	started  bool
-	exited   bool
-	exitCode int
-}
-
-// readStatus reads bwrap's --json-status-fd lines: {"child-pid": N, …} once
-// the sandbox exists and {"exit-code": N} when its command ended.
-// The child pid is sent on childc (closed at the end) as soon as it is known.
-func readStatus(r *os.File, childc chan<- int) bwrapStatus {
-	var st bwrapStatus
+// readStatus reads bwrap's --json-status-fd lines and sends the pid of the
+// sandbox's first process ({"child-pid": N}) on childc, which it closes at
+// the end; it closes r once bwrap has closed its end.
+func readStatus(r *os.File, childc chan<- int) {
 	defer close(childc)
+	defer r.Close()
 	sc := bufio.NewScanner(r)
+	sent := false
 	for sc.Scan() {
 		var m map[string]json.RawMessage
 		if json.Unmarshal(sc.Bytes(), &m) != nil {
 			continue
 		}
-		if v, ok := m["child-pid"]; ok && !st.started {
-			st.started = true
+		if v, ok := m["child-pid"]; ok && !sent {
 			if pid, err := strconv.Atoi(string(v)); err == nil {
 				childc <- pid
-			}
-		}
-		if v, ok := m["exit-code"]; ok {
-			if n, err := strconv.Atoi(string(v)); err == nil {
-				st.exited, st.exitCode = true, n
+				sent = true
 			}
 		}
 	}
-	return st
 }
 
 // Report describes the isolation that applies.
@@ -703,6 +614,7 @@ func (s *Sandbox) Snapshot(ctx context.Context) (sandbox.Layer, error) {
 	s.snapshot = true
 	s.mu.Unlock()
 	s.running.Wait()
+	s.stopServer()
 	b := make([]byte, 6)
 	rand.Read(b)
 	dest := filepath.Join(filepath.Dir(s.state), filepath.Base(s.state)+".layer-"+hex.EncodeToString(b))
@@ -720,6 +632,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		close(s.done)
 		s.mu.Unlock()
 		s.running.Wait()
+		s.stopServer()
 		s.closeErr = s.cleanup()
 	})
 	return s.closeErr

@@ -1,0 +1,135 @@
+package execserver
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// The messages are encoded as uvarints and length-prefixed byte strings, in
+// field order.
+
+var errMalformed = errors.New("malformed message")
+
+type enc struct{ b []byte }
+
+func (e *enc) uint(v uint64)   { e.b = binary.AppendUvarint(e.b, v) }
+func (e *enc) bytes(p []byte)  { e.uint(uint64(len(p))); e.b = append(e.b, p...) }
+func (e *enc) string(s string) { e.uint(uint64(len(s))); e.b = append(e.b, s...) }
+func (e *enc) bool(v bool) {
+	if v {
+		e.uint(1)
+	} else {
+		e.uint(0)
+	}
+}
+func (e *enc) strings(ss []string) {
+	e.uint(uint64(len(ss)))
+	for _, s := range ss {
+		e.string(s)
+	}
+}
+
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) uint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errMalformed
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) bytes() []byte {
+	n := d.uint()
+	if d.err != nil || n > uint64(len(d.b)) {
+		d.err = errMalformed
+		return nil
+	}
+	p := d.b[:n:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *dec) string() string { return string(d.bytes()) }
+func (d *dec) bool() bool     { return d.uint() != 0 }
+
+func (d *dec) strings() []string {
+	n := d.uint()
+	if d.err != nil || n > uint64(len(d.b)) {
+		d.err = errMalformed
+		return nil
+	}
+	ss := make([]string, 0, n)
+	for range n {
+		ss = append(ss, d.string())
+	}
+	return ss
+}
+
+func (d *dec) end() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.err = errMalformed
+	}
+	return d.err
+}
+
+func (m ExecMsg) Marshal() []byte {
+	var e enc
+	e.strings(m.Argv)
+	e.strings(m.Env)
+	e.string(m.Dir)
+	e.bytes(m.Stdin)
+	e.uint(uint64(m.Limit))
+	e.bool(m.Join)
+	return e.b
+}
+
+func (m *ExecMsg) Unmarshal(b []byte) error {
+	d := dec{b: b}
+	m.Argv, m.Env, m.Dir, m.Stdin = d.strings(), d.strings(), d.string(), d.bytes()
+	m.Limit, m.Join = int(d.uint()), d.bool()
+	return d.end()
+}
+
+func (m JoinMsg) Marshal() []byte {
+	var e enc
+	e.uint(uint64(m.Tid))
+	return e.b
+}
+
+func (m *JoinMsg) Unmarshal(b []byte) error {
+	d := dec{b: b}
+	m.Tid = int(d.uint())
+	return d.end()
+}
+
+func (m ExitMsg) Marshal() []byte {
+	var e enc
+	e.uint(uint64(m.Code))
+	e.string(m.Setup)
+	return e.b
+}
+
+func (m *ExitMsg) Unmarshal(b []byte) error {
+	d := dec{b: b}
+	m.Code, m.Setup = int(d.uint()), d.string()
+	return d.end()
+}
+
+func (m DoneMsg) Marshal() []byte {
+	var e enc
+	e.bool(m.TruncatedStdout)
+	e.bool(m.TruncatedStderr)
+	return e.b
+}
+
+func (m *DoneMsg) Unmarshal(b []byte) error {
+	d := dec{b: b}
+	m.TruncatedStdout, m.TruncatedStderr = d.bool(), d.bool()
+	return d.end()
+}

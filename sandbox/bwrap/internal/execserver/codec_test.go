@@ -1,0 +1,65 @@
+package execserver
+
+import (
+	"bufio"
+	"bytes"
+	"reflect"
+	"testing"
+)
+
+func TestMessagesRoundTrip(t *testing.T) {
+	exec := ExecMsg{Argv: []string{"sh", "-c", "echo ü"}, Env: []string{"A=1", "PATH=/bin"}, Dir: "/workspace/a b", Stdin: []byte{0, 1, 2}, Limit: 1 << 20, Join: true}
+	var gotExec ExecMsg
+	if err := gotExec.Unmarshal(exec.Marshal()); err != nil || !reflect.DeepEqual(gotExec, exec) {
+		t.Errorf("ExecMsg: %+v, %v; want %+v", gotExec, err, exec)
+	}
+	exit := ExitMsg{Code: 137, Setup: "workdir missing"}
+	var gotExit ExitMsg
+	if err := gotExit.Unmarshal(exit.Marshal()); err != nil || gotExit != exit {
+		t.Errorf("ExitMsg: %+v, %v; want %+v", gotExit, err, exit)
+	}
+	done := DoneMsg{TruncatedStderr: true}
+	var gotDone DoneMsg
+	if err := gotDone.Unmarshal(done.Marshal()); err != nil || gotDone != done {
+		t.Errorf("DoneMsg: %+v, %v; want %+v", gotDone, err, done)
+	}
+	join := JoinMsg{Tid: 4242}
+	var gotJoin JoinMsg
+	if err := gotJoin.Unmarshal(join.Marshal()); err != nil || gotJoin != join {
+		t.Errorf("JoinMsg: %+v, %v; want %+v", gotJoin, err, join)
+	}
+}
+
+func TestMalformedMessages(t *testing.T) {
+	full := ExecMsg{Argv: []string{"true"}, Dir: "/w", Limit: 10}.Marshal()
+	for _, b := range [][]byte{nil, full[:len(full)-1], append(full, 0), {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, {5, 1, 'a'}} {
+		var m ExecMsg
+		if err := m.Unmarshal(b); err == nil {
+			t.Errorf("Unmarshal(%v) = %+v, nil; want an error", b, m)
+		}
+	}
+}
+
+func TestFrames(t *testing.T) {
+	var buf bytes.Buffer
+	if err := WriteFrame(&buf, FrameStdout, 7, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFrame(&buf, FrameDone, 8, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(&buf)
+	for _, want := range []struct {
+		kind byte
+		id   uint32
+		p    string
+	}{{FrameStdout, 7, "hello"}, {FrameDone, 8, ""}} {
+		kind, id, p, err := ReadFrame(r)
+		if err != nil || kind != want.kind || id != want.id || string(p) != want.p {
+			t.Errorf("frame: %c %d %q %v; want %c %d %q", kind, id, p, err, want.kind, want.id, want.p)
+		}
+	}
+	if _, _, _, err := ReadFrame(r); err == nil {
+		t.Errorf("reading past the last frame: no error")
+	}
+}

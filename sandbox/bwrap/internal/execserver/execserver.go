@@ -1,0 +1,653 @@
+// Package execserver is the exec server of a bwrap sandbox: the engine
+// binary re-executed as PID 1 of the sandbox's namespaces (bwrap
+// --as-pid-1), started once per sandbox. The host sends it commands over
+// its stdin and reads their output and exit statuses from its stdout, as
+// frames: kind (1 byte), call id (4), payload length (4), payload. Each
+// command is forked inside the existing namespaces instead of building new
+// ones, which is most of what a bwrap invocation costs.
+//
+// Why a command stays as contained as under its own bwrap invocation:
+//   - it inherits the seccomp filter and dropped capabilities bwrap gave the
+//     server, and the rlimits the server sets on itself before serving;
+//   - it gets its own session and (with cgroups) its own cgroup, which its
+//     first process is in from the start: the server forks it from a thread
+//     the host has moved into that cgroup (cgroup v1; that thread ends right
+//     after), or with the whole server moved in for the fork (v2);
+//   - whatever it leaves running is killed when it ends (its cgroup, its
+//     session, and, when no other command runs, every process but PID 1);
+//   - the server is PID 1, so commands cannot SIGKILL or SIGSTOP it and every
+//     other signal lands in its handler; it is not dumpable, so commands
+//     (same uid, no capabilities) cannot open its /proc/1/fd pipes to the
+//     host or read its memory.
+//
+// The server registers with reexec.RegisterEarly and imports only packages
+// Go initializes first: the engine binary started as the server (once per
+// sandbox) runs it before initializing the few hundred packages it does
+// not need, tens of milliseconds of CPU. Hence syscall rather than x/sys,
+// and a small binary encoding rather than encoding/json.
+package execserver
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"evals.si/sandbox/reexec"
+)
+
+// Helper is the re-exec helper name of the server.
+const Helper = "evalsi-bwrap-serve"
+
+// Frame kinds.
+const (
+	FrameExec    = 'x' // host → server: ExecMsg
+	FrameGo      = 'g' // host → server: the forking thread is in the command's cgroup
+	FrameKill    = 'k' // host → server: kill the command and everything it started
+	FrameJoin    = 'j' // server → host: JoinMsg, move this thread into the cgroup
+	FrameStarted = 's' // server → host: the command's first process exists
+	FrameStdout  = 'o'
+	FrameStderr  = 'e'
+	FrameExit    = 'q' // server → host: ExitMsg
+	FrameDone    = 'd' // server → host: DoneMsg; the call is over
+)
+
+// maxFrame bounds a payload (a request carries the command's stdin).
+const maxFrame = 1 << 30
+
+// ExecMsg is one command, fully resolved by the host.
+type ExecMsg struct {
+	Argv  []string
+	Env   []string
+	Dir   string
+	Stdin []byte
+	// Limit caps stdout and stderr each; the rest is read and dropped.
+	Limit int
+	// Join: fork from a thread the host first moves into the command's
+	// cgroup (FrameJoin, then FrameGo).
+	Join bool
+}
+
+type JoinMsg struct {
+	Tid int
+}
+
+type ExitMsg struct {
+	Code int
+	// Setup is why the command could not be started for the sandbox's
+	// reasons (a missing workdir): an error, not a result.
+	Setup string
+}
+
+type DoneMsg struct {
+	TruncatedStdout bool
+	TruncatedStderr bool
+}
+
+func WriteFrame(w io.Writer, kind byte, id uint32, payload []byte) error {
+	b := make([]byte, 9, 9+len(payload))
+	b[0] = kind
+	binary.BigEndian.PutUint32(b[1:], id)
+	binary.BigEndian.PutUint32(b[5:], uint32(len(payload)))
+	_, err := w.Write(append(b, payload...))
+	return err
+}
+
+func ReadFrame(r *bufio.Reader) (kind byte, id uint32, payload []byte, err error) {
+	var h [9]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return 0, 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(h[5:])
+	if n > maxFrame {
+		return 0, 0, nil, fmt.Errorf("frame of %d bytes", n)
+	}
+	payload = make([]byte, n)
+	if _, err := io.ReadFull(r, payload); err != nil {
+		return 0, 0, nil, err
+	}
+	return h[0], binary.BigEndian.Uint32(h[1:]), payload, nil
+}
+
+func init() {
+	reexec.RegisterEarly(Helper, Main)
+}
+
+func fail(err error) int {
+	fmt.Fprintf(os.Stderr, "evalsi %s: %v\n", Helper, err)
+	return 125
+}
+
+type server struct {
+	wmu sync.Mutex
+	out io.Writer
+
+	mu       sync.Mutex
+	calls    map[uint32]*serverCall
+	waiters  map[int]chan syscall.WaitStatus
+	inflight int
+}
+
+type serverCall struct {
+	goc    chan struct{}
+	killc  chan struct{}
+	killed bool
+	pid    int
+}
+
+// Main: [--forward SOCK PORT] [--rlimit RESOURCE=N]...; PORT is on
+// 127.0.0.1, RESOURCE a number (RLIMIT_*).
+func Main(args []string) int {
+	// bwrap's status and block pipes are inherited without close-on-exec;
+	// commands must get only the stdio the server gives them.
+	if _, _, e := syscall.RawSyscall(sysCloseRange, 3, ^uintptr(0), closeRangeCloexec); e != 0 {
+		return fail(fmt.Errorf("marking inherited descriptors close-on-exec: %w", e))
+	}
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); e != 0 {
+		return fail(fmt.Errorf("making the server non-dumpable: %w", e))
+	}
+	// Every signal a command sends PID 1 lands here and is dropped;
+	// SIGCHLD also means children to reap.
+	sigs := make(chan os.Signal, 64)
+	signal.Notify(sigs)
+	sv := &server{out: os.Stdout, calls: map[uint32]*serverCall{}, waiters: map[int]chan syscall.WaitStatus{}}
+	go func() {
+		for sig := range sigs {
+			if sig == syscall.SIGCHLD {
+				sv.reap()
+			}
+		}
+	}()
+	for len(args) > 0 {
+		switch {
+		case args[0] == "--forward" && len(args) >= 3:
+			if err := forward(args[1], args[2]); err != nil {
+				return fail(err)
+			}
+			args = args[3:]
+		case args[0] == "--rlimit" && len(args) >= 2:
+			if err := setRlimit(args[1]); err != nil {
+				return fail(fmt.Errorf("rlimit %s: %w", args[1], err))
+			}
+			args = args[2:]
+		default:
+			return fail(fmt.Errorf("bad arguments at %q", args[0]))
+		}
+	}
+	in := bufio.NewReaderSize(os.Stdin, 64<<10)
+	for {
+		kind, id, payload, err := ReadFrame(in)
+		if err != nil {
+			// The host went away: end everything (PID 1 exiting does).
+			return 0
+		}
+		switch kind {
+		case FrameExec:
+			var m ExecMsg
+			if err := m.Unmarshal(payload); err != nil {
+				return fail(fmt.Errorf("bad exec request: %w", err))
+			}
+			c := &serverCall{goc: make(chan struct{}, 1), killc: make(chan struct{})}
+			sv.mu.Lock()
+			sv.calls[id] = c
+			sv.mu.Unlock()
+			go sv.exec(id, c, m)
+		case FrameGo:
+			sv.mu.Lock()
+			if c := sv.calls[id]; c != nil {
+				c.goc <- struct{}{}
+			}
+			sv.mu.Unlock()
+		case FrameKill:
+			sv.kill(id)
+		}
+	}
+}
+
+// forward listens on 127.0.0.1:port inside the sandbox's network
+// namespace and relays each connection to the egress proxy's socket bound
+// at sock.
+func forward(sock, port string) error {
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return fmt.Errorf("proxy forwarder port %q: %w", port, err)
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("proxy forwarder: %w", err)
+	}
+	syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: p, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return fmt.Errorf("proxy forwarder: listening on 127.0.0.1:%d: %w", p, err)
+	}
+	if err := syscall.Listen(fd, 128); err != nil {
+		return fmt.Errorf("proxy forwarder: %w", err)
+	}
+	go func() {
+		for {
+			c, _, err := syscall.Accept4(fd, syscall.SOCK_CLOEXEC)
+			if err == syscall.EINTR || err == syscall.ECONNABORTED {
+				continue
+			}
+			if err != nil {
+				return
+			}
+			go relay(c, sock)
+		}
+	}()
+	return nil
+}
+
+// relay copies between a client connection and the proxy's socket, both
+// ways, until both directions end.
+func relay(c int, sock string) {
+	u, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err == nil {
+		if err = syscall.Connect(u, &syscall.SockaddrUnix{Name: sock}); err != nil {
+			syscall.Close(u)
+		}
+	}
+	if err != nil {
+		syscall.Close(c)
+		return
+	}
+	var wg sync.WaitGroup
+	half := func(dst, src int) {
+		defer wg.Done()
+		io.Copy(fdWriter(dst), fdReader(src))
+		syscall.Shutdown(dst, syscall.SHUT_WR)
+	}
+	wg.Add(2)
+	go half(u, c)
+	go half(c, u)
+	wg.Wait()
+	syscall.Close(c)
+	syscall.Close(u)
+}
+
+type fdReader int
+
+func (f fdReader) Read(p []byte) (int, error) {
+	for {
+		n, err := syscall.Read(int(f), p)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+type fdWriter int
+
+func (f fdWriter) Write(p []byte) (int, error) {
+	done := 0
+	for done < len(p) {
+		n, err := syscall.Write(int(f), p[done:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return done, err
+		}
+		done += n
+	}
+	return done, nil
+}
+
+// setRlimit sets "RESOURCE=N" on the server, which its commands inherit.
+func setRlimit(spec string) error {
+	r, v, ok := strings.Cut(spec, "=")
+	res, err1 := strconv.Atoi(r)
+	val, err2 := strconv.ParseUint(v, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return errors.New("want RESOURCE=N")
+	}
+	return syscall.Setrlimit(res, &syscall.Rlimit{Cur: val, Max: val})
+}
+
+// Linux constants syscall lacks (the same on every architecture).
+const (
+	sysCloseRange     = 436
+	closeRangeCloexec = 1 << 2
+	prSetDumpable     = 4
+)
+
+func (sv *server) send(kind byte, id uint32, payload []byte) {
+	sv.wmu.Lock()
+	defer sv.wmu.Unlock()
+	if err := WriteFrame(sv.out, kind, id, payload); err != nil {
+		// The host is gone; PID 1 exiting ends the sandbox.
+		os.Exit(0)
+	}
+}
+
+func (sv *server) sendMsg(kind byte, id uint32, m interface{ Marshal() []byte }) {
+	sv.send(kind, id, m.Marshal())
+}
+
+// reap collects every exited child (commands, and the orphans PID 1
+// inherits) and hands a command's status to its waiter. It holds mu, under
+// which commands are started and registered, so a status is never
+// collected before its waiter exists.
+func (sv *server) reap() {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+		if w, ok := sv.waiters[pid]; ok {
+			delete(sv.waiters, pid)
+			w <- ws
+		}
+	}
+}
+
+var errKilledBeforeStart = errors.New("killed before it started")
+
+type started struct {
+	p     *os.Process
+	waitc chan syscall.WaitStatus
+	err   error
+}
+
+// start starts a command and registers it for reaping, under mu so that
+// reap cannot collect it first and kill sees its pid.
+func (sv *server) start(c *serverCall, bin string, argv []string, attr *os.ProcAttr) started {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if c.killed {
+		return started{err: errKilledBeforeStart}
+	}
+	p, err := os.StartProcess(bin, argv, attr)
+	if err != nil {
+		return started{err: err}
+	}
+	w := make(chan syscall.WaitStatus, 1)
+	sv.waiters[p.Pid] = w
+	sv.inflight++
+	c.pid = p.Pid
+	return started{p: p, waitc: w}
+}
+
+func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
+	defer func() {
+		sv.mu.Lock()
+		delete(sv.calls, id)
+		sv.mu.Unlock()
+	}()
+	finish := func(code int, setup string, stderr string) {
+		if stderr != "" {
+			sv.send(FrameStderr, id, []byte(stderr))
+		}
+		sv.sendMsg(FrameExit, id, ExitMsg{Code: code, Setup: setup})
+		sv.sendMsg(FrameDone, id, DoneMsg{})
+	}
+	if len(m.Argv) == 0 {
+		finish(0, "empty argv", "")
+		return
+	}
+	if st, err := os.Stat(m.Dir); err != nil || !st.IsDir() {
+		finish(0, fmt.Sprintf("workdir %s: not a directory in the sandbox (%v)", m.Dir, err), "")
+		return
+	}
+	argv, env := m.Argv, m.Env
+	bin, err := lookPath(m.Argv[0], m.Dir, env)
+	if err != nil {
+		finish(127, "", fmt.Sprintf("evalsi: execvp %s: %v\n", m.Argv[0], err))
+		return
+	}
+
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		finish(0, "opening /dev/null: "+err.Error(), "")
+		return
+	}
+	stdin := devnull
+	var stdinW *os.File
+	if len(m.Stdin) > 0 {
+		if stdin, stdinW, err = os.Pipe(); err != nil {
+			devnull.Close()
+			finish(0, "stdin pipe: "+err.Error(), "")
+			return
+		}
+		defer devnull.Close()
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		finish(0, "stdout pipe: "+err.Error(), "")
+		return
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		finish(0, "stderr pipe: "+err.Error(), "")
+		return
+	}
+	attr := &os.ProcAttr{Dir: m.Dir, Env: env, Files: []*os.File{stdin, outW, errW}, Sys: &syscall.SysProcAttr{Setsid: true}}
+
+	res := make(chan started, 1)
+	go func() {
+		if m.Join {
+			// Never unlocked: the thread ends with this goroutine, right
+			// after the fork, so nothing else ever runs on it while it
+			// is in the command's cgroup.
+			runtime.LockOSThread()
+			sv.sendMsg(FrameJoin, id, JoinMsg{Tid: syscall.Gettid()})
+			select {
+			case <-c.goc:
+			case <-c.killc:
+				res <- started{err: errKilledBeforeStart}
+				return
+			}
+		}
+		res <- sv.start(c, bin, argv, attr)
+	}()
+	st := <-res
+	stdin.Close()
+	outW.Close()
+	errW.Close()
+	if st.err != nil {
+		outR.Close()
+		errR.Close()
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		if errors.Is(st.err, errKilledBeforeStart) {
+			finish(128+int(syscall.SIGKILL), "", "")
+			return
+		}
+		finish(127, "", fmt.Sprintf("evalsi: execvp %s: %v\n", m.Argv[0], st.err))
+		return
+	}
+	sv.send(FrameStarted, id, nil)
+	st.p.Release()
+	if stdinW != nil {
+		go func() {
+			stdinW.Write(m.Stdin)
+			stdinW.Close()
+		}()
+	}
+	var wg sync.WaitGroup
+	var done DoneMsg
+	stream := func(r *os.File, kind byte, truncated *bool) {
+		defer wg.Done()
+		buf := make([]byte, 32<<10)
+		sent := 0
+		for {
+			n, err := r.Read(buf)
+			if n > 0 {
+				k := min(n, m.Limit-sent)
+				if k > 0 {
+					sv.send(kind, id, buf[:k])
+					sent += k
+				}
+				if k < n {
+					*truncated = true
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	wg.Add(2)
+	go stream(outR, FrameStdout, &done.TruncatedStdout)
+	go stream(errR, FrameStderr, &done.TruncatedStderr)
+
+	ws := <-st.waitc
+	code := ws.ExitStatus()
+	if ws.Signaled() {
+		code = 128 + int(ws.Signal())
+	}
+	sv.sendMsg(FrameExit, id, ExitMsg{Code: code})
+	sv.killLeftovers(st.p.Pid, true)
+
+	// Output ends when the last holder of the pipes is gone; something
+	// that escaped the kill (it can only be in another running command's
+	// session) must not hold the call open.
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(2 * time.Second):
+		outR.Close()
+		errR.Close()
+		<-drained
+	}
+	outR.Close()
+	errR.Close()
+	sv.sendMsg(FrameDone, id, done)
+}
+
+// kill stops call id: its first process and its session, or, before it
+// started, its start.
+func (sv *server) kill(id uint32) {
+	sv.mu.Lock()
+	c := sv.calls[id]
+	if c == nil {
+		sv.mu.Unlock()
+		return
+	}
+	pid := c.pid
+	if !c.killed {
+		c.killed = true
+		close(c.killc)
+	}
+	sv.mu.Unlock()
+	if pid > 0 {
+		syscall.Kill(pid, syscall.SIGKILL)
+		sv.killLeftovers(pid, false)
+	}
+}
+
+// killLeftovers kills the processes of the session sid (a command's);
+// ended says the command's first process has exited, and then, once no
+// other command runs, every process but PID 1 is killed, which catches
+// those that left the session.
+func (sv *server) killLeftovers(sid int, ended bool) {
+	for range 50 {
+		if killSession(sid) == 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !ended {
+		return
+	}
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	sv.inflight--
+	if sv.inflight == 0 {
+		// From PID 1, kill(-1) reaches every process of the namespace
+		// but itself.
+		syscall.Kill(-1, syscall.SIGKILL)
+	}
+}
+
+// killSession SIGKILLs every process whose session is sid and returns how
+// many it found.
+func killSession(sid int) int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == 1 {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp session …; comm may hold spaces
+		// and parentheses, so fields count from the last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 4 {
+			continue
+		}
+		if s, err := strconv.Atoi(f[3]); err == nil && s == sid && f[0] != "Z" {
+			syscall.Kill(pid, syscall.SIGKILL)
+			n++
+		}
+	}
+	return n
+}
+
+// lookPath finds name as execvp would in dir with env's PATH (glibc's
+// default when PATH is unset).
+func lookPath(name, dir string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	pathEnv := "/bin:/usr/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	denied := false
+	for _, d := range strings.Split(pathEnv, ":") {
+		if d == "" {
+			d = "."
+		}
+		p := d + "/" + name
+		if !strings.HasPrefix(p, "/") {
+			p = dir + "/" + p
+		}
+		st, err := os.Stat(p)
+		if err != nil || st.IsDir() {
+			continue
+		}
+		if syscall.Access(p, 1 /* X_OK */) != nil {
+			denied = true
+			continue
+		}
+		return p, nil
+	}
+	if denied {
+		return "", os.ErrPermission
+	}
+	return "", errors.New("No such file or directory")
+}

@@ -1,0 +1,506 @@
+package bwrap
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"evals.si/sandbox"
+	"evals.si/sandbox/bwrap/internal/execserver"
+	"evals.si/sandbox/limits"
+	"evals.si/sandbox/reexec"
+)
+
+// serverPidsMargin is what RLIMIT_NPROC (non-root engines) is raised by for
+// the exec server's own threads, which count against it too.
+const serverPidsMargin = 32
+
+// execServer is the host's end of one sandbox's exec server: the bwrap
+// process whose PID 1 is the server, and the calls in flight.
+type execServer struct {
+	cmd      *exec.Cmd
+	pid      int // host pid of the server (PID 1 inside)
+	shareNet bool
+	cg       *limits.Cgroup // the server's own cgroup (cgroup v2 only)
+
+	wmu sync.Mutex
+	w   *os.File
+
+	mu      sync.Mutex
+	calls   map[uint32]*call
+	next    uint32
+	active  int
+	retired bool
+
+	dead    chan struct{}
+	deadErr error
+	stderr  *sandbox.CappedBuffer
+	waitc   chan error
+}
+
+// call is one command's state on the host.
+type call struct {
+	id             uint32
+	stdout, stderr *sandbox.CappedBuffer
+	join           chan int
+	started        chan struct{}
+	exit           chan execserver.ExitMsg
+	done           chan execserver.DoneMsg
+}
+
+// serverArgs builds the sandbox's bwrap invocation; order matters: the
+// root first, then mounts on top of it.
+func (s *Sandbox) serverArgs(shareNet bool) []string {
+	a := []string{"--unshare-all"}
+	if shareNet {
+		a = append(a, "--share-net")
+	}
+	a = append(a, "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "evalsi", "--as-pid-1")
+	if s.uid != 0 || s.gid != 0 {
+		a = append(a, "--uid", strconv.Itoa(s.uid), "--gid", strconv.Itoa(s.gid))
+	}
+	merged := s.root.Merged
+	if s.cfg.ReadOnlyRoot {
+		a = append(a, "--ro-bind", merged, "/")
+	} else {
+		a = append(a, "--bind", merged, "/")
+	}
+	if s.noImage {
+		for _, d := range hostSystemDirs {
+			if fi, err := os.Lstat("/" + d); err == nil && fi.IsDir() {
+				a = append(a, "--ro-bind", "/"+d, "/"+d)
+			}
+		}
+		empty := filepath.Join(s.stub, ".evalsi", "empty")
+		for _, f := range hiddenHostFiles {
+			if fi, err := os.Lstat(f); err == nil && fi.Mode().IsRegular() {
+				a = append(a, "--ro-bind", empty, f)
+			}
+		}
+		for _, d := range hiddenHostDirs {
+			if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
+				a = append(a, "--tmpfs", d)
+			}
+		}
+	}
+	a = append(a, "--proc", "/proc", "--dev", "/dev", "--bind", s.tmp, "/tmp")
+	if s.cfg.ReadOnlyRoot {
+		a = append(a, "--bind", filepath.Join(merged, s.workdir), s.workdir)
+	}
+	a = append(a, "--ro-bind", s.helper, sandboxHelper)
+	if s.proxy != "" {
+		a = append(a, "--bind", s.proxy, sandboxProxySock)
+	}
+	// One P: the server mostly hands work between goroutines, which is
+	// cheaper on one thread than across several.
+	a = append(a, "--clearenv", "--setenv", reexec.Env, execserver.Helper, "--setenv", "GOMAXPROCS", "1",
+		"--chdir", s.workdir, "--seccomp", "3", "--json-status-fd", "4", "--", sandboxHelper)
+	if s.proxy != "" {
+		a = append(a, "--forward", sandboxProxySock, proxyPort)
+	}
+	// The server sets these on itself before it reads a request, and
+	// commands inherit them; not the address space, which the init helper
+	// sets per command (a Go runtime cannot run under it).
+	var rls []limits.Rlimit
+	for _, rl := range s.rlimits.Outer {
+		if rl.Name != "as" {
+			rls = append(rls, rl)
+		}
+	}
+	if s.nproc {
+		// The server's own threads count against RLIMIT_NPROC too.
+		rls = append(rls, limits.Rlimit{Name: "nproc", Value: s.rlimits.NProc + serverPidsMargin})
+	}
+	for _, rl := range rls {
+		if res, err := rl.Resource(); err == nil {
+			a = append(a, "--rlimit", fmt.Sprintf("%d=%d", res, rl.Value))
+		}
+	}
+	return a
+}
+
+// startServer starts the sandbox's bwrap with the exec server as PID 1 and
+// returns once its host pid is known; requests sent meanwhile wait in the
+// pipe until it serves.
+func (s *Sandbox) startServer(ctx context.Context, shareNet bool) (_ *execServer, err error) {
+	srv := &execServer{shareNet: shareNet, calls: map[uint32]*call{}, dead: make(chan struct{}),
+		stderr: sandbox.NewCappedBuffer(64 << 10), waitc: make(chan error, 1)}
+	if s.cgroups != nil && s.cgroups.Version() == 2 {
+		// A v2 command cgroup is joined by moving the whole server into it
+		// for the fork; it lives in a leaf of its own otherwise.
+		if srv.cg, err = s.cgroups.New(fmt.Sprintf("evalsi-%s-server-%d", s.id, s.seq.Add(1)), sandbox.Limits{}); err != nil {
+			return nil, fmt.Errorf("starting the bwrap sandbox: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				srv.cg.Remove()
+			}
+		}()
+	}
+	secR, secW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer secR.Close()
+	if _, err := secW.Write(s.seccomp); err != nil {
+		secW.Close()
+		return nil, fmt.Errorf("starting the bwrap sandbox: passing the seccomp filter: %w", err)
+	}
+	secW.Close()
+	// readStatus owns stR: bwrap writes to it until it ends, and would
+	// die of SIGPIPE if the host closed it first.
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		stR.Close()
+		stW.Close()
+		return nil, err
+	}
+	defer inR.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		stR.Close()
+		stW.Close()
+		inW.Close()
+		return nil, err
+	}
+	defer outW.Close()
+
+	cmd := exec.Command(s.bwrap, s.serverArgs(shareNet)...)
+	cmd.Env = []string{}
+	cmd.ExtraFiles = []*os.File{secR, stW} // fds 3, 4
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, srv.stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		stR.Close()
+		stW.Close()
+		inW.Close()
+		outR.Close()
+		return nil, fmt.Errorf("starting bwrap: %w", err)
+	}
+	stW.Close()
+	srv.cmd, srv.w = cmd, inW
+	go func() { srv.waitc <- cmd.Wait() }()
+	childc := make(chan int, 1)
+	go readStatus(stR, childc)
+	go srv.read(outR)
+	fail := func(err error) (*execServer, error) {
+		srv.kill()
+		return nil, err
+	}
+	select {
+	case pid, ok := <-childc:
+		if !ok {
+			<-srv.dead
+			return fail(fmt.Errorf("starting the bwrap sandbox: %w", srv.deadErr))
+		}
+		srv.pid = pid
+		if srv.cg != nil {
+			// Before any command is forked (none is before a request).
+			for _, f := range srv.cg.ProcsFiles() {
+				if err := os.WriteFile(f, []byte(strconv.Itoa(pid)), 0); err != nil {
+					return fail(fmt.Errorf("starting the bwrap sandbox: joining cgroup: %w", err))
+				}
+			}
+		}
+		return srv, nil
+	case <-srv.dead:
+		return fail(fmt.Errorf("starting the bwrap sandbox: %w", srv.deadErr))
+	case <-ctx.Done():
+		return fail(fmt.Errorf("starting the bwrap sandbox: %w", ctx.Err()))
+	}
+}
+
+// command is the argv and environment the server runs for a request:
+// under an address-space limit, through the init helper, which sets it and
+// execs the command (the server, a Go runtime, cannot run under it).
+func (s *Sandbox) command(argv, env []string) ([]string, []string) {
+	for _, rl := range s.rlimits.Outer {
+		if rl.Name == "as" {
+			argv = append([]string{sandboxHelper, "--rlimit", rl.String(), "--"}, argv...)
+			env = append(env, reexec.Env+"="+helperInit)
+		}
+	}
+	return argv, env
+}
+
+// read demultiplexes the server's frames until its stdout closes.
+func (srv *execServer) read(r *os.File) {
+	defer r.Close()
+	br := bufio.NewReaderSize(r, 64<<10)
+	var err error
+	for {
+		var kind byte
+		var id uint32
+		var p []byte
+		if kind, id, p, err = execserver.ReadFrame(br); err != nil {
+			break
+		}
+		srv.mu.Lock()
+		c := srv.calls[id]
+		srv.mu.Unlock()
+		if c == nil {
+			continue
+		}
+		switch kind {
+		case execserver.FrameStdout:
+			c.stdout.Write(p)
+		case execserver.FrameStderr:
+			c.stderr.Write(p)
+		case execserver.FrameJoin:
+			var m execserver.JoinMsg
+			if m.Unmarshal(p) == nil {
+				c.join <- m.Tid
+			}
+		case execserver.FrameStarted:
+			close(c.started)
+		case execserver.FrameExit:
+			var m execserver.ExitMsg
+			if err := m.Unmarshal(p); err != nil {
+				m.Setup = "the exec server sent a malformed exit status"
+			}
+			c.exit <- m
+		case execserver.FrameDone:
+			var m execserver.DoneMsg
+			m.Unmarshal(p)
+			c.done <- m
+		}
+	}
+	werr := <-srv.waitc
+	why := strings.TrimSpace(string(srv.stderr.Bytes()))
+	if why == "" {
+		why = fmt.Sprintf("bwrap ended (%v)", werr)
+	}
+	srv.deadErr = fmt.Errorf("the sandbox's exec server ended: %s", why)
+	close(srv.dead)
+}
+
+func (srv *execServer) send(kind byte, id uint32, payload []byte) error {
+	srv.wmu.Lock()
+	defer srv.wmu.Unlock()
+	if err := execserver.WriteFrame(srv.w, kind, id, payload); err != nil {
+		select {
+		case <-srv.dead:
+			return srv.deadErr
+		case <-time.After(time.Second):
+		}
+		return fmt.Errorf("talking to the sandbox's exec server: %w", err)
+	}
+	return nil
+}
+
+// start sends a command to the server.
+func (srv *execServer) start(m execserver.ExecMsg, limit int) (*call, error) {
+	b := m.Marshal()
+	srv.mu.Lock()
+	srv.next++
+	c := &call{id: srv.next, stdout: sandbox.NewCappedBuffer(limit), stderr: sandbox.NewCappedBuffer(limit),
+		join: make(chan int, 1), started: make(chan struct{}), exit: make(chan execserver.ExitMsg, 1), done: make(chan execserver.DoneMsg, 1)}
+	srv.calls[c.id] = c
+	srv.mu.Unlock()
+	if err := srv.send(execserver.FrameExec, c.id, b); err != nil {
+		srv.forget(c)
+		return nil, err
+	}
+	return c, nil
+}
+
+func (srv *execServer) forget(c *call) {
+	srv.mu.Lock()
+	delete(srv.calls, c.id)
+	srv.mu.Unlock()
+}
+
+// kill ends the server and everything in the sandbox (PID 1 dies with
+// bwrap, --die-with-parent) and waits for bwrap.
+func (srv *execServer) kill() {
+	if srv.cmd.Process != nil {
+		syscall.Kill(-srv.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	srv.w.Close()
+	<-srv.dead
+	if srv.cg != nil {
+		srv.cg.Kill()
+		srv.cg.Remove()
+	}
+}
+
+// server returns the running exec server for the current network policy,
+// starting it (again) when there is none, it died, or SetPolicy widened the
+// network since it started. The caller releases it.
+func (s *Sandbox) server(ctx context.Context) (*execServer, error) {
+	s.srvMu.Lock()
+	defer s.srvMu.Unlock()
+	shareNet := s.cfg.Policy.Network == sandbox.NetworkAllow || s.widened.Load()
+	if srv := s.srv; srv != nil {
+		select {
+		case <-srv.dead:
+			s.retire(srv)
+		default:
+			if srv.shareNet == shareNet {
+				srv.mu.Lock()
+				srv.active++
+				srv.mu.Unlock()
+				return srv, nil
+			}
+			s.retire(srv)
+		}
+	}
+	srv, err := s.startServer(ctx, shareNet)
+	if err != nil {
+		return nil, err
+	}
+	s.srv = srv
+	srv.active = 1
+	return srv, nil
+}
+
+// retire detaches srv from the sandbox; it is killed once its last
+// command ends. Called with srvMu held.
+func (s *Sandbox) retire(srv *execServer) {
+	s.srv = nil
+	srv.mu.Lock()
+	srv.retired = true
+	idle := srv.active == 0
+	srv.mu.Unlock()
+	if idle {
+		srv.kill()
+	}
+}
+
+func (s *Sandbox) release(srv *execServer) {
+	srv.mu.Lock()
+	srv.active--
+	last := srv.active == 0 && srv.retired
+	srv.mu.Unlock()
+	if last {
+		srv.kill()
+	}
+}
+
+// stopServer kills the sandbox's server (Close).
+func (s *Sandbox) stopServer() {
+	s.srvMu.Lock()
+	defer s.srvMu.Unlock()
+	if s.srv != nil {
+		srv := s.srv
+		s.srv = nil
+		srv.kill()
+	}
+}
+
+// joinCgroup moves the server's forking thread (cgroup v1: per-thread
+// tasks files; the thread ends right after the fork) or the whole server
+// (v2) into the command's cgroup. For v2 the returned function moves it
+// back once the command has started, and pids.max is raised by the
+// server's own threads until then, since they count in it.
+func (s *Sandbox) joinCgroup(srv *execServer, cg *limits.Cgroup, nsTid int) (func(), error) {
+	if s.cgroups.Version() == 1 {
+		tid, err := hostTid(srv.pid, nsTid)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range cg.ProcsFiles() {
+			if err := os.WriteFile(filepath.Join(filepath.Dir(f), "tasks"), []byte(strconv.Itoa(tid)), 0); err != nil {
+				return nil, fmt.Errorf("joining cgroup: %w", err)
+			}
+		}
+		return nil, nil
+	}
+	s.v2mu.Lock()
+	dir := filepath.Dir(cg.ProcsFiles()[0])
+	pidsMax := filepath.Join(dir, "pids.max")
+	limit, err := os.ReadFile(pidsMax)
+	if err != nil {
+		s.v2mu.Unlock()
+		return nil, fmt.Errorf("joining cgroup: %w", err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(limit)))
+	threads, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", srv.pid))
+	back := func() {
+		for _, f := range srv.cg.ProcsFiles() {
+			os.WriteFile(f, []byte(strconv.Itoa(srv.pid)), 0)
+		}
+		os.WriteFile(pidsMax, limit, 0)
+		s.v2mu.Unlock()
+	}
+	if err := os.WriteFile(pidsMax, []byte(strconv.Itoa(n+len(threads)+serverPidsMargin)), 0); err != nil {
+		back()
+		return nil, fmt.Errorf("joining cgroup: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(srv.pid)), 0); err != nil {
+		back()
+		return nil, fmt.Errorf("joining cgroup: %w", err)
+	}
+	return back, nil
+}
+
+// hostTid maps a thread id inside the server's PID namespace to the host's.
+func hostTid(pid, nsTid int) (int, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("finding the exec server's thread: %w", err)
+	}
+	want := strconv.Itoa(nsTid)
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				f := strings.Fields(v)
+				if len(f) >= 2 && f[len(f)-1] == want {
+					return strconv.Atoi(f[0])
+				}
+				break
+			}
+		}
+	}
+	return 0, errors.New("finding the exec server's thread: no thread " + want + " in its PID namespace")
+}
+
+// killCommands kills what runs in a command's cgroup. Under cgroup v1 the
+// server's forking thread may not have ended yet, and cgroup.procs then
+// lists the server, which is spared; under v2 the server is never in it
+// once moved back (callers check).
+func (s *Sandbox) killCommands(srv *execServer, cg *limits.Cgroup) {
+	if s.cgroups.Version() != 1 {
+		cg.Kill()
+		return
+	}
+	self := strconv.Itoa(srv.pid)
+	for range 50 {
+		n := 0
+		for _, f := range cg.ProcsFiles() {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			for _, p := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(p); err == nil && p != self && pid > 0 {
+					syscall.Kill(pid, syscall.SIGKILL)
+					n++
+				}
+			}
+		}
+		if n == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
