@@ -276,8 +276,8 @@ var colorCode = regexp.MustCompile(`\[(\d+)m`)
 
 // parsePytestV2 is parse_log_pytest_v2: colour codes and control
 // characters removed; status-first lines (FAILED cut at the first " - ")
-// key on the rest of the line; lines ending with a status key on what
-// precedes it.
+// key on the rest of the line, but for the "SKIPPED [N] …" summary;
+// lines ending with a status key on what precedes it.
 func parsePytestV2(log string) map[string]string {
 	sm := map[string]string{}
 	for _, line := range strings.Split(log, "\n") {
@@ -293,8 +293,10 @@ func parsePytestV2(log string) map[string]string {
 			if strings.HasPrefix(line, StatusFailed) {
 				line, _, _ = strings.Cut(line, " - ")
 			}
+			// "SKIPPED [N] path:line: reason" is pytest's skip summary, not
+			// a test (upstream's _is_skip_summary, scoped to SKIPPED).
 			tc := pySplit(line)
-			if len(tc) >= 2 {
+			if len(tc) >= 2 && !(tc[0] == StatusSkipped && skipCount.MatchString(tc[1])) {
 				sm[strings.Join(tc[1:], " ")] = tc[0]
 			}
 		case endsWithStatus(line):
