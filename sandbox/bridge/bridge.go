@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"evals.si/sandbox"
 	"evals.si/sandbox/reexec"
 )
 
@@ -138,11 +139,12 @@ func Relay(addr, sock string) (net.Listener, error) {
 
 // ProxyEnv is the environment that sends a sandbox's HTTP clients to the
 // forwarder.
-func ProxyEnv() map[string]string {
+func ProxyEnv(allowHosts []string) map[string]string {
 	env := map[string]string{}
 	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
 		env[k] = "http://" + Listen
 	}
-	env["NO_PROXY"], env["no_proxy"] = "localhost,127.0.0.1", "localhost,127.0.0.1"
+	np := sandbox.NoProxy(allowHosts)
+	env["NO_PROXY"], env["no_proxy"] = np, np
 	return env
 }

@@ -88,7 +88,7 @@ func TestRelay(t *testing.T) {
 }
 
 func TestProxyEnv(t *testing.T) {
-	env := ProxyEnv()
+	env := ProxyEnv(nil)
 	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
 		if env[k] != "http://"+Listen {
 			t.Errorf("%s = %q, want http://%s", k, env[k], Listen)

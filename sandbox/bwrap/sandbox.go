@@ -408,7 +408,8 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
 			envMap[k] = "http://" + proxyListen
 		}
-		envMap["NO_PROXY"], envMap["no_proxy"] = "localhost,127.0.0.1", "localhost,127.0.0.1"
+		np := sandbox.NoProxy(s.cfg.Policy.AllowHosts)
+		envMap["NO_PROXY"], envMap["no_proxy"] = np, np
 	}
 	env, err := sandbox.CommandEnv(envMap, req.Env)
 	if err != nil {

@@ -213,7 +213,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 		}
 	}
 	if eg != nil {
-		eg.apply(ccfg, hcfg, env)
+		eg.apply(ccfg, hcfg, env, cfg.Policy.AllowHosts)
 		ccfg.Env = envList(env)
 	}
 	created, err := cli.ContainerCreate(ctx, ccfg, hcfg, nil, nil, "")
@@ -396,7 +396,7 @@ func (s *Sandbox) Snapshot(ctx context.Context) (sandbox.Layer, error) {
 	changes := []string{"USER " + s.imageUser}
 	if s.egress != nil {
 		var kv []string
-		for k := range bridge.ProxyEnv() {
+		for k := range bridge.ProxyEnv(nil) {
 			kv = append(kv, k+"=")
 		}
 		sort.Strings(kv)

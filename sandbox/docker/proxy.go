@@ -97,7 +97,7 @@ func (r *Rung) setupEgress(cfg sandbox.Config, hostSys bool) (*egress, error) {
 // apply binds the helper and the socket into the container, runs the
 // forwarder as the container's main process (the keeper the sweep spares)
 // and points HTTP(S)_PROXY at it.
-func (e *egress) apply(ccfg *container.Config, hcfg *container.HostConfig, env map[string]string) {
+func (e *egress) apply(ccfg *container.Config, hcfg *container.HostConfig, env map[string]string, allowHosts []string) {
 	hcfg.Mounts = append(hcfg.Mounts,
 		mount.Mount{Type: mount.TypeBind, Source: e.helper, Target: containerHelper, ReadOnly: true},
 		mount.Mount{Type: mount.TypeBind, Source: e.sock, Target: containerProxySock},
@@ -108,7 +108,7 @@ func (e *egress) apply(ccfg *container.Config, hcfg *container.HostConfig, env m
 	// first descriptor would be taken for it and closed.
 	ccfg.Cmd = []string{"/bin/sh", "-c", fmt.Sprintf("export %s=%s; exec %s %s %s 3>/dev/null",
 		reexec.Env, bridge.HelperForward, containerHelper, containerProxySock, bridge.Listen)}
-	for k, v := range bridge.ProxyEnv() {
+	for k, v := range bridge.ProxyEnv(allowHosts) {
 		env[k] = v
 	}
 }
