@@ -3,17 +3,14 @@ package image
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -233,30 +230,6 @@ func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
 		c.manifests.Add(1)
 	}
 	return c.next.RoundTrip(r)
-}
-
-// logCounter counts log records with a given message.
-type logCounter struct {
-	mu  sync.Mutex
-	msg map[string]int
-}
-
-func (l *logCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logCounter) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.msg == nil {
-		l.msg = map[string]int{}
-	}
-	l.msg[r.Message]++
-	return nil
-}
-func (l *logCounter) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *logCounter) WithGroup(string) slog.Handler      { return l }
-func (l *logCounter) count(m string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.msg[m]
 }
 
 func testenv_Missing(t *testing.T, tool string) {

@@ -19,11 +19,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"evals.si/internal/testenv"
 )
 
-func openStore(t *testing.T, opts ...Option) (*Store, *logCounter) {
+func openStore(t *testing.T, opts ...Option) (*Store, *testenv.LogCounter) {
 	t.Helper()
-	lc := &logCounter{}
+	lc := &testenv.LogCounter{}
 	s, err := Open(t.TempDir(), slog.New(lc), opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +99,7 @@ func TestRegistryPullAndCache(t *testing.T) {
 	if byDigest.Root != got.Root || cnt.total.Load() != 0 {
 		t.Errorf("digest resolve: root %s, %d requests", byDigest.Root, cnt.total.Load())
 	}
-	if n := lc.count("unpacking image"); n != 1 {
+	if n := lc.Count("unpacking image"); n != 1 {
 		t.Errorf("unpacked %d times, want 1", n)
 	}
 
@@ -280,7 +282,7 @@ func TestConcurrentResolveUnpacksOnce(t *testing.T) {
 			t.Errorf("resolve %d: %v root %s (first %s)", i, errs[i], roots[i], roots[0])
 		}
 	}
-	if n := lc.count("unpacking image"); n != 1 {
+	if n := lc.Count("unpacking image"); n != 1 {
 		t.Errorf("unpacked %d times, want 1", n)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"evals.si/embedded"
@@ -238,9 +237,9 @@ environment:
   sandbox: {ladder: [bwrap]}
 evaluators: [policy-violations]
 `
-	setupLog := &messageCounter{}
+	setupLog := &testenv.LogCounter{}
 	s := runSpecLogged(t, filepath.Join(t.TempDir(), "spec.yaml"), []byte(yaml), setupLog)
-	if n := setupLog.count("setup step"); n != 1 {
+	if n := setupLog.Count("setup step"); n != 1 {
 		t.Errorf("%d setup steps ran, want the one install command once", n)
 	}
 	if len(s.trials) != 3 {
@@ -253,29 +252,4 @@ evaluators: [policy-violations]
 			t.Errorf("trial %d saw %q, want exactly one install line", tr.Trial, tr.Output)
 		}
 	}
-}
-
-// messageCounter is a slog handler counting records by message, at every
-// level.
-type messageCounter struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *messageCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (c *messageCounter) Handle(_ context.Context, r slog.Record) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]int{}
-	}
-	c.n[r.Message]++
-	return nil
-}
-func (c *messageCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
-func (c *messageCounter) WithGroup(string) slog.Handler      { return c }
-func (c *messageCounter) count(msg string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[msg]
 }
