@@ -53,6 +53,7 @@ import (
 	"evals.si/embedded"
 	"evals.si/engine"
 	"evals.si/sandbox"
+	"evals.si/sandbox/bwrap"
 	"evals.si/sandbox/docker"
 	"evals.si/sandbox/reexec"
 	"evals.si/spec"
@@ -121,6 +122,13 @@ func run(ctx context.Context, o options, w io.Writer) error {
 	}
 	tk := newTask(o.chattyKB)
 	fmt.Fprintf(w, "machine: %d CPUs, %s/%s; concurrency %d\n", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, conc)
+	if h, err := bwrap.DefaultHelper(); err == nil {
+		if self, _ := reexec.Self(); h == self {
+			fmt.Fprintf(w, "bwrap helper: this binary (no %s from the same clean build next to it; see the README)\n", bwrap.HelperName)
+		} else {
+			fmt.Fprintf(w, "bwrap helper: %s\n", h)
+		}
+	}
 
 	eng, err := engineTrials(ctx, dir, o, tk)
 	if err != nil {

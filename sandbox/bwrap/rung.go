@@ -31,15 +31,15 @@ import (
 
 	"evals.si/sandbox"
 	"evals.si/sandbox/limits"
-	"evals.si/sandbox/reexec"
 )
 
 // Options configure the rung; zero values pick the defaults.
 type Options struct {
 	// Bwrap is the bwrap binary (default: "bwrap" on PATH).
 	Bwrap string
-	// Helper is the engine binary, re-executed as the launcher and bound
-	// into sandboxes as /.evalsi/evalsi (default: reexec.Self()). It must
+	// Helper is the binary run as the launcher and bound into sandboxes as
+	// /.evalsi/evalsi (default: DefaultHelper(): evalsi-sandbox next to the
+	// engine from the same build, else the engine itself). It must
 	// be static when images without glibc use network: allowlist.
 	Helper string
 	// Host is where cgroups are looked for (default: limits.ThisHost()).
@@ -73,7 +73,7 @@ func (r *Rung) helperPath() (string, error) {
 	if r.opts.Helper != "" {
 		return r.opts.Helper, nil
 	}
-	return reexec.Self()
+	return DefaultHelper()
 }
 
 func (r *Rung) host() limits.Host {
