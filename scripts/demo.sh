@@ -14,7 +14,7 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-CGO_ENABLED=0 go build -o bin/ ./cmd/...
+CGO_ENABLED=0 go build -buildvcs=auto -o bin/ ./cmd/...
 export PATH="$PWD/bin:$PATH"
 for f in examples/capitals-offline.yaml examples/trials-offline.yaml \
          examples/agents/fix-calc-offline.yaml examples/agents/fix-calc-wrong-offline.yaml; do
