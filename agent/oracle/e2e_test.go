@@ -7,39 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"evals.si/embedded"
 	"evals.si/internal/testenv"
+	"evals.si/internal/testenv/benchimage"
 	"evals.si/spec"
 )
-
-// localImage builds (or finds cached) the local Debian image of
-// scripts/build-local-image.sh and returns its oci-layout: reference.
-func localImage(t *testing.T) string {
-	t.Helper()
-	for _, tool := range []string{"debootstrap", "umoci"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if _, err := exec.LookPath("/usr/sbin/" + tool); err != nil {
-				testenv.Missing(t, tool, "the local benchmark image is built with debootstrap and umoci")
-			}
-		}
-	}
-	cmd := exec.Command("bash", "../../scripts/build-local-image.sh")
-	cmd.Env = append(os.Environ(), "PATH=/usr/sbin:/sbin:"+os.Getenv("PATH"))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		testenv.Missing(t, "local benchmark image", "scripts/build-local-image.sh failed: "+err.Error()+"\n"+stderr.String())
-	}
-	ref := strings.TrimSpace(string(out))
-	if !strings.HasPrefix(ref, "oci-layout:") {
-		t.Fatalf("build-local-image.sh printed %q, want an oci-layout: reference", ref)
-	}
-	return ref
-}
 
 func benchdata(t *testing.T, sub string) string {
 	t.Helper()
@@ -96,7 +70,7 @@ func requireBwrap(t *testing.T) {
 // verifier, with the task's ubuntu:24.04 mirrored to the local image.
 func TestOracleHarborHelloWorkdir(t *testing.T) {
 	requireBwrap(t)
-	img := localImage(t)
+	img := benchimage.Ref(t, "../..")
 	dir := benchdata(t, "harbor")
 	scores := runSpec(t, `
 dataset: {uri: "harbor://`+dir+`?tasks=hello-workdir&network=deny"}
@@ -117,7 +91,7 @@ environment:
 // network; the local image has what they install).
 func TestOracleTerminalBenchTranspose(t *testing.T) {
 	requireBwrap(t)
-	img := localImage(t)
+	img := benchimage.Ref(t, "../..")
 	dir := benchdata(t, "terminal-bench")
 	scores := runSpec(t, `
 dataset: {uri: "terminal-bench://`+dir+`?tasks=polyglot_python_transpose&network=deny&image=`+img+`"}

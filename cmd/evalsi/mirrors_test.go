@@ -2,40 +2,13 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"evals.si/internal/testenv"
+	"evals.si/internal/testenv/benchimage"
 	"evals.si/spec"
 )
-
-// localBenchImage builds (or finds cached) the local Debian image of
-// scripts/build-local-image.sh and returns its oci-layout: reference.
-func localBenchImage(t *testing.T) string {
-	t.Helper()
-	for _, tool := range []string{"debootstrap", "umoci"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if _, err := exec.LookPath("/usr/sbin/" + tool); err != nil {
-				testenv.Missing(t, tool, "the local benchmark image is built with debootstrap and umoci")
-			}
-		}
-	}
-	cmd := exec.Command("bash", "../../scripts/build-local-image.sh")
-	cmd.Env = append(os.Environ(), "PATH=/usr/sbin:/sbin:"+os.Getenv("PATH"))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		testenv.Missing(t, "local benchmark image", "scripts/build-local-image.sh failed: "+err.Error()+"\n"+stderr.String())
-	}
-	ref := strings.TrimSpace(string(out))
-	if !strings.HasPrefix(ref, "oci-layout:") {
-		t.Fatalf("build-local-image.sh printed %q, want an oci-layout: reference", ref)
-	}
-	return ref
-}
 
 // TestImageMirrorFlag runs a Harbor sample task (its Dockerfile says FROM
 // ubuntu:24.04, which this machine cannot pull) under the oracle agent,
@@ -44,7 +17,7 @@ func localBenchImage(t *testing.T) string {
 // the same reference.
 func TestImageMirrorFlag(t *testing.T) {
 	requireBwrap(t)
-	img := localBenchImage(t)
+	img := benchimage.Ref(t, "../..")
 	harbor, err := filepath.Abs(filepath.Join("..", "..", "..", "shared", "benchdata", "harbor"))
 	if err != nil {
 		t.Fatal(err)

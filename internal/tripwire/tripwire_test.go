@@ -20,13 +20,14 @@ import (
 // allowed lists the packages (module-relative directories) that may start
 // processes, each with why.
 var allowed = map[string]string{
-	"sandbox/bwrap":       "the bubblewrap rung starts bwrap",
-	"sandbox/landlock":    "the Landlock rung re-executes its launcher and execs the command after restricting itself",
-	"sandbox/host":        "the host rung runs commands on the host, only when a spec explicitly allows it",
-	"sandbox/smolvm":      "the smolvm rung starts microVMs through the smolvm CLI",
-	"sandbox/docker":      "the docker rung (uses the Engine API today; listed in case it shells out to docker)",
-	"sandbox/sandboxtest": "test support only (imported by rung tests): starts the host processes the escape suite attacks",
-	"harness/external":    "starts the harness.external command or Python shim the spec names; it only serves the protocol, model output still runs in the sandbox via Worker.Exec",
+	"sandbox/bwrap":               "the bubblewrap rung starts bwrap",
+	"sandbox/landlock":            "the Landlock rung re-executes its launcher and execs the command after restricting itself",
+	"sandbox/host":                "the host rung runs commands on the host, only when a spec explicitly allows it",
+	"sandbox/smolvm":              "the smolvm rung starts microVMs through the smolvm CLI",
+	"sandbox/docker":              "the docker rung (uses the Engine API today; listed in case it shells out to docker)",
+	"sandbox/sandboxtest":         "test support only (imported by rung tests): starts the host processes the escape suite attacks",
+	"internal/testenv/benchimage": "test support only: runs scripts/build-local-image.sh to build the offline benchmark image",
+	"harness/external":            "starts the harness.external command or Python shim the spec names; it only serves the protocol, model output still runs in the sandbox via Worker.Exec",
 
 	// The bwrap rung's half inside a sandbox.
 	"sandbox/bwrap/internal/execserver": "the exec server, PID 1 inside a bwrap sandbox, starts its commands there",
