@@ -17,6 +17,8 @@ import (
 	"evals.si/trajectory"
 )
 
+// requireAgentSandbox skips (fails under EVALSI_STRICT=1) when the bwrap
+// rung cannot run agent trials here.
 func requireAgentSandbox(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -17,34 +16,10 @@ import (
 	"evals.si/agent/recording"
 	"evals.si/agent/usersim"
 	"evals.si/engine"
-	"evals.si/internal/testenv"
 	"evals.si/spec"
 	"evals.si/trajectory"
 )
 
-// needAgentSandbox skips (fails under EVALSI_STRICT=1) when the bwrap rung
-// cannot run agent trials here.
-func needAgentSandbox(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		testenv.Missing(t, "bwrap", "bubblewrap is not installed")
-	}
-}
-
-func mustLoadSpec(t *testing.T, path string) *spec.File {
-	t.Helper()
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Spec.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-// trialEvents runs f and returns the summary and the events of its only
-// trial, read back from the store.
 func trialEvents(t *testing.T, a *App, f *spec.File) (*engine.Summary, []trajectory.Event) {
 	t.Helper()
 	ctx := context.Background()
@@ -67,8 +42,8 @@ func trialEvents(t *testing.T, a *App, f *spec.File) (*engine.Summary, []traject
 }
 
 func TestUserSimulatorHoldsAConversation(t *testing.T) {
-	needAgentSandbox(t)
-	f := mustLoadSpec(t, "../examples/agents/user-simulator-offline.yaml")
+	requireAgentSandbox(t)
+	f := loadSpec(t, "../examples/agents/user-simulator-offline.yaml")
 	sum, events := trialEvents(t, openApp(t), f)
 	if sum.Scores["task-success"] != 1 {
 		t.Errorf("task-success %v: the conversation should have produced the file the user asked for", sum.Scores)
@@ -107,7 +82,7 @@ func TestUserSimulatorHoldsAConversation(t *testing.T) {
 }
 
 func TestUserSimulatorFallsBackToSpecJudge(t *testing.T) {
-	needAgentSandbox(t)
+	requireAgentSandbox(t)
 	data, err := os.ReadFile("../examples/agents/user-simulator-offline.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +93,7 @@ func TestUserSimulatorFallsBackToSpecJudge(t *testing.T) {
 	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sum, _ := trialEvents(t, openApp(t), mustLoadSpec(t, p))
+	sum, _ := trialEvents(t, openApp(t), loadSpec(t, p))
 	if sum.Scores["task-success"] != 1 {
 		t.Errorf("with the spec's judge: %v", sum.Scores)
 	}
@@ -195,7 +170,7 @@ func writeRecordingSpec(t *testing.T, dir, target, recording, calc string) *spec
 	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return mustLoadSpec(t, p)
+	return loadSpec(t, p)
 }
 
 // step is what a trajectory says, without times and durations.
@@ -268,7 +243,7 @@ func failingTarget(t *testing.T) (string, *atomic.Int64) {
 }
 
 func TestRecordThenReplayIsIdentical(t *testing.T) {
-	needAgentSandbox(t)
+	requireAgentSandbox(t)
 	t.Setenv("EVALSI_TEST_FAKE_KEY", "not-a-real-key")
 	dir := t.TempDir()
 	recSum, recEvents := recordRun(t, dir)
@@ -324,7 +299,7 @@ func dump(ss []step) string {
 }
 
 func TestReplayFlagsAChangedEnvironment(t *testing.T) {
-	needAgentSandbox(t)
+	requireAgentSandbox(t)
 	t.Setenv("EVALSI_TEST_FAKE_KEY", "not-a-real-key")
 	dir := t.TempDir()
 	recordRun(t, dir)
@@ -350,7 +325,7 @@ func TestReplayFlagsAChangedEnvironment(t *testing.T) {
 }
 
 func TestReplayBranchesToLiveAtStep(t *testing.T) {
-	needAgentSandbox(t)
+	requireAgentSandbox(t)
 	dir := t.TempDir()
 	recordRun(t, dir)
 	live := `  connector: scripted
@@ -387,7 +362,7 @@ func TestReplayNeedsARecording(t *testing.T) {
 }
 
 func TestReplayServesTheUserSimulatorToo(t *testing.T) {
-	needAgentSandbox(t)
+	requireAgentSandbox(t)
 	data, err := os.ReadFile("../examples/agents/user-simulator-offline.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -399,7 +374,7 @@ func TestReplayServesTheUserSimulatorToo(t *testing.T) {
 		if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		return mustLoadSpec(t, p)
+		return loadSpec(t, p)
 	}
 	_, recEvents := trialEvents(t, openApp(t), write(string(data), "record"))
 
