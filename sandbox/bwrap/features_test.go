@@ -1,23 +1,22 @@
 package bwrap
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"evals.si/internal/testenv"
 	"evals.si/sandbox"
+	"evals.si/sandbox/sandboxtest"
 )
 
 func create(t *testing.T, cfg sandbox.Config) sandbox.Sandbox {
@@ -80,65 +79,6 @@ print(r, ctypes.get_errno()); sys.exit(0 if r == 0 else 1)"`, "-1 1\n"},
 	}
 }
 
-// connectProxy is a tiny egress proxy for the test: CONNECT and plain HTTP
-// to the hosts in allow (mapped to loopback addresses), 403 otherwise.
-type connectProxy struct {
-	allow map[string]string // host:port as requested → address to dial
-	mu    sync.Mutex
-	log   []string
-}
-
-func (p *connectProxy) serve(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go p.handle(c)
-	}
-}
-
-func (p *connectProxy) record(s string) {
-	p.mu.Lock()
-	p.log = append(p.log, s)
-	p.mu.Unlock()
-}
-
-func (p *connectProxy) handle(c net.Conn) {
-	defer c.Close()
-	br := bufio.NewReader(c)
-	req, err := http.ReadRequest(br)
-	if err != nil {
-		return
-	}
-	target := req.Host
-	if req.Method != http.MethodConnect && !strings.Contains(target, ":") {
-		target += ":80"
-	}
-	dial, ok := p.allow[target]
-	if !ok {
-		p.record("refused " + target)
-		fmt.Fprintf(c, "HTTP/1.1 403 Forbidden\r\nX-Proxy-Error: blocked-by-allowlist\r\nContent-Length: 0\r\n\r\n")
-		return
-	}
-	p.record("allowed " + target)
-	up, err := net.Dial("tcp", dial)
-	if err != nil {
-		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-		return
-	}
-	defer up.Close()
-	if req.Method == http.MethodConnect {
-		fmt.Fprintf(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-	} else {
-		req.RequestURI = ""
-		req.Header.Set("Connection", "close")
-		req.Write(up)
-	}
-	go io.Copy(up, br)
-	io.Copy(c, up)
-}
-
 // TestAllowlistBridge runs a command in a sandbox whose network namespace
 // has only loopback; its HTTP(S)_PROXY reaches the proxy through the
 // in-sandbox forwarder and the bound socket (or the host-side bridge for a
@@ -157,23 +97,11 @@ func TestAllowlistBridge(t *testing.T) {
 
 	for _, kind := range []string{"unix", "tcp"} {
 		t.Run(kind, func(t *testing.T) {
-			p := &connectProxy{allow: map[string]string{fmt.Sprintf("allowed.test:%d", port): tln.Addr().String()}}
-			var addr string
-			var ln net.Listener
-			if kind == "unix" {
-				sock := filepath.Join(t.TempDir(), "egress.sock")
-				ln, err = net.Listen("unix", sock)
-				addr = "unix:" + sock
-			} else {
-				ln, err = net.Listen("tcp4", "127.0.0.1:0")
-				addr = ln.Addr().String()
+			p := sandboxtest.StartProxy(t, map[string]string{fmt.Sprintf("allowed.test:%d", port): tln.Addr().String()})
+			addr := p.UnixAddr
+			if kind == "tcp" {
+				addr = p.TCPAddr
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ln.Close() })
-			go p.serve(ln)
-
 			sb := create(t, sandbox.Config{Policy: sandbox.Policy{Network: sandbox.NetworkAllowlist, AllowHosts: []string{"allowed.test"}, ProxyAddr: addr}})
 			// Plain HTTP through HTTP_PROXY.
 			res := run(t, sb, fmt.Sprintf(`python3 -c "
@@ -212,25 +140,14 @@ print(data.decode().split('\r\n\r\n', 1)[1])" `
 			if res.ExitCode == 0 {
 				t.Errorf("direct TCP to the host bypassed the proxy")
 			}
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			if !slicesContains(p.log, "refused evil.test:443") {
-				t.Errorf("proxy log %q lacks the refused host", p.log)
+			if log := p.Log(); !slices.Contains(log, "refused evil.test:443") {
+				t.Errorf("proxy log %q lacks the refused host", log)
 			}
 			if rep := sb.Report(); rep.Network != sandbox.NetworkAllowlist || rep.ProxyAddr != addr {
 				t.Errorf("report network %q proxy %q", rep.Network, rep.ProxyAddr)
 			}
 		})
 	}
-}
-
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // TestSnapshotIsNotCopied checks restore's constant-time structure: the
