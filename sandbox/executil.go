@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -109,4 +110,21 @@ func (b *CappedBuffer) Truncated() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.truncated
+}
+
+// StateDir is where a sandbox of the named rung keeps its state: dir when
+// the caller gave one (created if missing), else a new temporary directory
+// that the sandbox owns and removes when it closes.
+func StateDir(dir, rung string) (path string, owned bool, err error) {
+	if dir == "" {
+		p, err := os.MkdirTemp("", "evalsi-"+rung+"-")
+		if err != nil {
+			return "", false, fmt.Errorf("creating a %s sandbox state dir: %w", rung, err)
+		}
+		return p, true, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", false, fmt.Errorf("creating a %s sandbox state dir: %w", rung, err)
+	}
+	return dir, false, nil
 }

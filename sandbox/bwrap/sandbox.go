@@ -130,16 +130,8 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 	rand.Read(b)
 	s.id = hex.EncodeToString(b)
 
-	if cfg.StateDir == "" {
-		if s.state, err = os.MkdirTemp("", "evalsi-bwrap-"); err != nil {
-			return nil, fmt.Errorf("creating a bwrap sandbox state dir: %w", err)
-		}
-		s.ownState = true
-	} else {
-		s.state = cfg.StateDir
-		if err := os.MkdirAll(s.state, 0o700); err != nil {
-			return nil, fmt.Errorf("creating a bwrap sandbox state dir: %w", err)
-		}
+	if s.state, s.ownState, err = sandbox.StateDir(cfg.StateDir, "bwrap"); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {

@@ -102,16 +102,8 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 	b := make([]byte, 6)
 	rand.Read(b)
 	s := &Sandbox{cfg: cfg, helper: helper, id: hex.EncodeToString(b), done: make(chan struct{})}
-	if cfg.StateDir == "" {
-		if s.state, err = os.MkdirTemp("", "evalsi-host-"); err != nil {
-			return nil, fmt.Errorf("creating a host sandbox: %w", err)
-		}
-		s.ownState = true
-	} else {
-		s.state = cfg.StateDir
-		if err := os.MkdirAll(s.state, 0o700); err != nil {
-			return nil, fmt.Errorf("creating a host sandbox: %w", err)
-		}
+	if s.state, s.ownState, err = sandbox.StateDir(cfg.StateDir, "host"); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {

@@ -124,14 +124,8 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 		return nil, fmt.Errorf("creating landlock sandbox: cgroup %q: %w", cfg.Limits.Cgroup, err)
 	}
 	s := &Sandbox{cfg: cfg, abi: min(abi, maxABI), proxyPort: proxyPort, cgroups: cgs, cgroupNote: cgNote}
-	if cfg.StateDir == "" {
-		dir, err := os.MkdirTemp("", "evalsi-landlock-")
-		if err != nil {
-			return nil, fmt.Errorf("creating landlock sandbox state dir: %w", err)
-		}
-		s.state, s.ownState = dir, true
-	} else {
-		s.state = cfg.StateDir
+	if s.state, s.ownState, err = sandbox.StateDir(cfg.StateDir, "landlock"); err != nil {
+		return nil, err
 	}
 	if err := s.prepare(); err != nil {
 		s.Close(ctx)
