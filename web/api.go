@@ -95,25 +95,22 @@ func liveCounts(v *runView, trials []store.Trial) {
 	v.Records = len(records)
 }
 
-func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
+func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	opt := store.ListRunsOptions{Status: q.Get("status"), Name: q.Get("name"), Limit: maxRuns}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n <= 0 {
-			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("limit %q: want a positive integer", l))
-			return
+			return httpError{http.StatusBadRequest, fmt.Errorf("limit %q: want a positive integer", l)}
 		}
 		opt.Limit = min(n, maxRuns)
 	}
 	runs, err := s.store.ListRuns(r.Context(), opt)
 	if err != nil {
 		if opt.Status != "" {
-			s.fail(w, r, http.StatusBadRequest, err)
-			return
+			return httpError{http.StatusBadRequest, err}
 		}
-		s.failStore(w, r, err)
-		return
+		return err
 	}
 	out := make([]runView, 0, len(runs))
 	for _, run := range runs {
@@ -126,6 +123,7 @@ func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
 		out = append(out, v)
 	}
 	s.writeJSON(w, r, map[string]any{"runs": out})
+	return nil
 }
 
 // trialView is a trial as the API shows it; Record and Output are left to
@@ -234,22 +232,19 @@ type isolationGroup struct {
 	Trials int             `json:"trials"`
 }
 
-func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
+func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	run, err := s.store.GetRun(ctx, r.PathValue("id"))
 	if err != nil {
-		s.failStore(w, r, err)
-		return
+		return err
 	}
 	trials, err := s.store.ListTrials(ctx, run.ID)
 	if err != nil {
-		s.failStore(w, r, err)
-		return
+		return err
 	}
 	scores, err := s.store.Scores(ctx, run.ID)
 	if err != nil {
-		s.failStore(w, r, err)
-		return
+		return err
 	}
 	sum := decodeSummary(run)
 	d := runDetailView{Run: newRunView(run, sum), Spec: run.Spec, Records: []recordView{}, Errors: []errorGroup{}, Isolation: []isolationGroup{}}
@@ -323,6 +318,7 @@ func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
 		d.Isolation = append(d.Isolation, *iso[k])
 	}
 	s.writeJSON(w, r, d)
+	return nil
 }
 
 // liveMeans is the score table of a run in progress: one row per score,
@@ -369,32 +365,27 @@ type artifactView struct {
 	MediaType string `json:"media_type"`
 }
 
-func (s *Server) apiTrial(w http.ResponseWriter, r *http.Request) {
+func (s *Server) apiTrial(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	t, err := s.store.GetTrial(ctx, r.PathValue("id"))
 	if err != nil {
-		s.failStore(w, r, err)
-		return
+		return err
 	}
 	run, err := s.store.GetRun(ctx, t.RunID)
 	if err != nil {
-		s.failStore(w, r, err)
-		return
+		return err
 	}
 	scores, err := s.store.TrialScores(ctx, t.ID)
 	if err != nil {
-		s.failStore(w, r, err)
-		return
+		return err
 	}
 	n, err := s.store.CountEvents(ctx, t.ID)
 	if err != nil {
-		s.failStore(w, r, err)
-		return
+		return err
 	}
 	arts, err := s.store.Artifacts(ctx, t.ID)
 	if err != nil {
-		s.failStore(w, r, err)
-		return
+		return err
 	}
 	d := trialDetailView{Trial: newTrialView(t, scores, true), Run: newRunView(run, nil), Record: t.Record,
 		Output: t.Output, Isolation: t.Isolation, Events: n, Artifacts: []artifactView{}}
@@ -402,16 +393,14 @@ func (s *Server) apiTrial(w http.ResponseWriter, r *http.Request) {
 		d.Artifacts = append(d.Artifacts, artifactView{Name: a.Name, Size: a.Size, MediaType: a.MediaType})
 		if a.Name == "diff.patch" {
 			if d.Diff, d.DiffTruncated, err = s.readArtifact(r, a, maxInlineDiff); err != nil {
-				s.failStore(w, r, err)
-				return
+				return err
 			}
 		}
 	}
 	// Seqs are dense from 1, so the last events are after n-checkerTail.
 	tail, err := s.store.Events(ctx, t.ID, max(0, n-checkerTail), 0)
 	if err != nil {
-		s.failStore(w, r, err)
-		return
+		return err
 	}
 	for i := len(tail) - 1; i >= 0; i-- {
 		if tail[i].Kind == trajectory.KindChecker && tail[i].Checker != nil {
@@ -420,6 +409,7 @@ func (s *Server) apiTrial(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.writeJSON(w, r, d)
+	return nil
 }
 
 // readArtifact reads at most limit bytes of an artifact as text, cut at a
@@ -457,35 +447,31 @@ type eventsPage struct {
 	More   bool               `json:"more"`
 }
 
-func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
+func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	after, limit := 0, DefaultEventPage
 	if v := q.Get("after"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("after %q: want a non-negative event seq", v))
-			return
+			return httpError{http.StatusBadRequest, fmt.Errorf("after %q: want a non-negative event seq", v)}
 		}
 		after = n
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 || n > MaxEventPage {
-			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("limit %q: want 1 to %d", v, MaxEventPage))
-			return
+			return httpError{http.StatusBadRequest, fmt.Errorf("limit %q: want 1 to %d", v, MaxEventPage)}
 		}
 		limit = n
 	}
 	id := r.PathValue("id")
 	t, err := s.store.GetTrial(r.Context(), id)
 	if err != nil {
-		s.failStore(w, r, err)
-		return
+		return err
 	}
 	evs, err := s.store.Events(r.Context(), t.ID, after, limit)
 	if err != nil {
-		s.failStore(w, r, err)
-		return
+		return err
 	}
 	p := eventsPage{Events: evs, Next: after, More: len(evs) == limit}
 	if p.Events == nil {
@@ -495,19 +481,18 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 		p.Next = evs[len(evs)-1].Seq
 	}
 	s.writeJSON(w, r, p)
+	return nil
 }
 
-func (s *Server) apiArtifact(w http.ResponseWriter, r *http.Request) {
+func (s *Server) apiArtifact(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	t, err := s.store.GetTrial(ctx, r.PathValue("id"))
 	if err != nil {
-		s.failStore(w, r, err)
-		return
+		return err
 	}
 	arts, err := s.store.Artifacts(ctx, t.ID)
 	if err != nil {
-		s.failStore(w, r, err)
-		return
+		return err
 	}
 	name := r.PathValue("name")
 	for _, a := range arts {
@@ -516,8 +501,7 @@ func (s *Server) apiArtifact(w http.ResponseWriter, r *http.Request) {
 		}
 		rc, err := s.store.OpenBlob(ctx, a.Digest)
 		if err != nil {
-			s.failStore(w, r, err)
-			return
+			return err
 		}
 		defer rc.Close()
 		// Artifacts are agent-made content: serve them as plain text (or
@@ -532,22 +516,21 @@ func (s *Server) apiArtifact(w http.ResponseWriter, r *http.Request) {
 		if _, err := io.Copy(w, bufio.NewReader(rc)); err != nil {
 			s.logger.Debug("serving artifact", "trial", t.ID, "name", name, "err", err)
 		}
-		return
+		return nil
 	}
-	s.fail(w, r, http.StatusNotFound, fmt.Errorf("trial %s has no artifact %q", t.ID, name))
+	return httpError{http.StatusNotFound, fmt.Errorf("trial %s has no artifact %q", t.ID, name)}
 }
 
-func (s *Server) apiCompare(w http.ResponseWriter, r *http.Request) {
+func (s *Server) apiCompare(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	base, head := q.Get("base"), q.Get("head")
 	if base == "" || head == "" {
-		s.fail(w, r, http.StatusBadRequest, errors.New("compare needs ?base=RUN&head=RUN"))
-		return
+		return httpError{http.StatusBadRequest, errors.New("compare needs ?base=RUN&head=RUN")}
 	}
 	c, err := report.CompareRuns(r.Context(), s.store, base, head, report.CompareOptions{PassScore: q.Get("by")})
 	if err != nil {
-		s.failStore(w, r, err)
-		return
+		return err
 	}
 	s.writeJSON(w, r, c)
+	return nil
 }

@@ -68,12 +68,12 @@ func New(st Store, logger *slog.Logger) *Server {
 	}
 	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 
-	s.mux.HandleFunc("GET /api/runs", s.apiRuns)
-	s.mux.HandleFunc("GET /api/runs/{id}", s.apiRun)
-	s.mux.HandleFunc("GET /api/trials/{id}", s.apiTrial)
-	s.mux.HandleFunc("GET /api/trials/{id}/events", s.apiEvents)
-	s.mux.HandleFunc("GET /api/trials/{id}/artifacts/{name}", s.apiArtifact)
-	s.mux.HandleFunc("GET /api/compare", s.apiCompare)
+	s.mux.HandleFunc("GET /api/runs", s.api(s.apiRuns))
+	s.mux.HandleFunc("GET /api/runs/{id}", s.api(s.apiRun))
+	s.mux.HandleFunc("GET /api/trials/{id}", s.api(s.apiTrial))
+	s.mux.HandleFunc("GET /api/trials/{id}/events", s.api(s.apiEvents))
+	s.mux.HandleFunc("GET /api/trials/{id}/artifacts/{name}", s.api(s.apiArtifact))
+	s.mux.HandleFunc("GET /api/compare", s.api(s.apiCompare))
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, errors.New("no such API endpoint: "+r.Method+" "+r.URL.Path))
 	})
@@ -107,6 +107,32 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, err erro
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+}
+
+// httpError is an API error with its status (a bad request, a missing
+// artifact); other errors returned by a handler are the store's.
+type httpError struct {
+	code int
+	err  error
+}
+
+func (e httpError) Error() string { return e.err.Error() }
+func (e httpError) Unwrap() error { return e.err }
+
+// api adapts a handler that returns its error: an httpError is answered
+// with its status, anything else as a store error.
+func (s *Server) api(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		err := h(w, r)
+		var he httpError
+		switch {
+		case err == nil:
+		case errors.As(err, &he):
+			s.fail(w, r, he.code, he.err)
+		default:
+			s.failStore(w, r, err)
+		}
+	}
 }
 
 // failStore maps store errors: missing or ambiguous ids are the client's.
