@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"time"
 
 	"evals.si/sandbox"
@@ -49,6 +50,12 @@ type Options struct {
 // Rung makes bubblewrap sandboxes.
 type Rung struct {
 	opts Options
+
+	// helper caches DefaultHelper's answer: it reads the candidate's build
+	// info, which is not worth repeating for every sandbox.
+	helperOnce sync.Once
+	helper     string
+	helperErr  error
 }
 
 // New returns the bwrap rung.
@@ -73,7 +80,8 @@ func (r *Rung) helperPath() (string, error) {
 	if r.opts.Helper != "" {
 		return r.opts.Helper, nil
 	}
-	return DefaultHelper()
+	r.helperOnce.Do(func() { r.helper, r.helperErr = DefaultHelper() })
+	return r.helper, r.helperErr
 }
 
 func (r *Rung) host() limits.Host {
