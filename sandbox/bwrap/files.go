@@ -44,15 +44,6 @@ func (s *Sandbox) resolve(p string) (root, rel string, readOnly bool, err error)
 	return s.root.Merged, abs, false, nil
 }
 
-func (s *Sandbox) usable() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.snapshot {
-		return errors.New("bwrap sandbox is closed or snapshotted")
-	}
-	return nil
-}
-
 func openIn(root, rel string, flags int, mode uint32) (*os.File, error) {
 	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -77,7 +68,7 @@ func openAt(rfd int, rel string, flags int, mode uint32) (*os.File, error) {
 
 // ReadFile reads a file as the sandbox sees it.
 func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
-	if err := s.usable(); err != nil {
+	if err := s.life.Usable(); err != nil {
 		return nil, err
 	}
 	root, rel, _, err := s.resolve(p)
@@ -101,7 +92,7 @@ func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
 
 // WriteFile writes a file into the sandbox, creating parent directories.
 func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
-	if err := s.usable(); err != nil {
+	if err := s.life.Usable(); err != nil {
 		return err
 	}
 	root, rel, ro, err := s.resolve(p)

@@ -81,13 +81,7 @@ type Sandbox struct {
 	// v2mu serialises moving the whole server into a command's cgroup v2.
 	v2mu sync.Mutex
 
-	mu        sync.Mutex
-	closed    bool
-	snapshot  bool
-	running   sync.WaitGroup
-	done      chan struct{}
-	closeOnce sync.Once
-	closeErr  error
+	life *sandbox.Lifecycle
 }
 
 var _ sandbox.Snapshotter = (*Sandbox)(nil)
@@ -102,7 +96,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 	if err != nil {
 		return nil, err
 	}
-	s := &Sandbox{cfg: cfg, bwrap: bw, helper: helper, noImage: cfg.Root == "", done: make(chan struct{})}
+	s := &Sandbox{cfg: cfg, bwrap: bw, helper: helper, noImage: cfg.Root == "", life: sandbox.NewLifecycle("bwrap")}
 	if s.cfg.Policy.Network == "" {
 		s.cfg.Policy.Network = sandbox.NetworkDeny
 	}
@@ -223,10 +217,10 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 // prestart starts the exec server ahead of the first command; a failure is
 // left for that command to meet (and report) when it starts one itself.
 func (s *Sandbox) prestart() {
-	if s.begin() != nil {
+	if s.life.Begin() != nil {
 		return
 	}
-	defer s.running.Done()
+	defer s.life.End()
 	if srv, err := s.server(context.Background()); err == nil {
 		s.release(srv)
 	}
@@ -367,19 +361,6 @@ func (s *Sandbox) setupProxy() error {
 	return nil
 }
 
-func (s *Sandbox) begin() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.closed:
-		return errors.New("bwrap sandbox is closed")
-	case s.snapshot:
-		return errors.New("bwrap sandbox was snapshotted; create a new sandbox from its layer")
-	}
-	s.running.Add(1)
-	return nil
-}
-
 // Exec runs one command through the sandbox's exec server (started at the
 // first command): forked inside the sandbox's namespaces, in its own
 // session and, with cgroups, its own cgroup.
@@ -387,10 +368,10 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	if len(req.Argv) == 0 {
 		return sandbox.ExecResult{}, errors.New("exec: empty argv")
 	}
-	if err := s.begin(); err != nil {
+	if err := s.life.Begin(); err != nil {
 		return sandbox.ExecResult{}, err
 	}
-	defer s.running.Done()
+	defer s.life.End()
 
 	envMap := map[string]string{}
 	for k, v := range s.baseEnv {
@@ -481,7 +462,7 @@ wait:
 			timedOut = true
 		case <-ctx.Done():
 			stopErr = fmt.Errorf("exec: %w", ctx.Err())
-		case <-s.done:
+		case <-s.life.Done():
 			stopErr = errors.New("exec: bwrap sandbox closed while the command ran")
 		case <-grace:
 			// The server does not answer a kill: end the sandbox's
@@ -599,18 +580,11 @@ func (s *Sandbox) Report() sandbox.Report {
 // state directory (a rename: constant time). The caller owns the layer and
 // removes it when done; the sandbox only accepts Close afterwards.
 func (s *Sandbox) Snapshot(ctx context.Context) (sandbox.Layer, error) {
-	s.mu.Lock()
-	if s.closed || s.snapshot {
-		s.mu.Unlock()
-		return sandbox.Layer{}, errors.New("snapshot: bwrap sandbox is closed or already snapshotted")
+	dest, err := s.life.Snapshot(s.state)
+	if err != nil {
+		return sandbox.Layer{}, err
 	}
-	s.snapshot = true
-	s.mu.Unlock()
-	s.running.Wait()
 	s.stopServer()
-	b := make([]byte, 6)
-	rand.Read(b)
-	dest := filepath.Join(filepath.Dir(s.state), filepath.Base(s.state)+".layer-"+hex.EncodeToString(b))
 	if err := s.root.Snapshot(dest); err != nil {
 		return sandbox.Layer{}, fmt.Errorf("snapshot: %w", err)
 	}
@@ -619,16 +593,10 @@ func (s *Sandbox) Snapshot(ctx context.Context) (sandbox.Layer, error) {
 
 // Close kills running commands and removes the sandbox; it is idempotent.
 func (s *Sandbox) Close(ctx context.Context) error {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		close(s.done)
-		s.mu.Unlock()
-		s.running.Wait()
+	return s.life.Close(func() error {
 		s.stopServer()
-		s.closeErr = s.cleanup()
+		return s.cleanup()
 	})
-	return s.closeErr
 }
 
 func (s *Sandbox) cleanup() error {

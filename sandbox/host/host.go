@@ -71,13 +71,7 @@ type Sandbox struct {
 	report   sandbox.Report
 	seq      atomic.Int64
 
-	mu        sync.Mutex
-	closed    bool
-	snapped   bool
-	running   sync.WaitGroup
-	done      chan struct{}
-	closeOnce sync.Once
-	closeErr  error
+	life *sandbox.Lifecycle
 }
 
 var _ sandbox.Snapshotter = (*Sandbox)(nil)
@@ -101,7 +95,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 		"rung", sandbox.RungHost, "user_uid", os.Geteuid())
 	b := make([]byte, 6)
 	rand.Read(b)
-	s := &Sandbox{cfg: cfg, helper: helper, id: hex.EncodeToString(b), done: make(chan struct{})}
+	s := &Sandbox{cfg: cfg, helper: helper, id: hex.EncodeToString(b), life: sandbox.NewLifecycle("host")}
 	if s.state, s.ownState, err = sandbox.StateDir(cfg.StateDir, "host"); err != nil {
 		return nil, err
 	}
@@ -147,16 +141,6 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 	return s, nil
 }
 
-func (s *Sandbox) begin() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.snapped {
-		return errors.New("host sandbox is closed or snapshotted")
-	}
-	s.running.Add(1)
-	return nil
-}
-
 func (s *Sandbox) path(p string) string {
 	if filepath.IsAbs(p) {
 		return filepath.Clean(p)
@@ -169,10 +153,10 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	if len(req.Argv) == 0 {
 		return sandbox.ExecResult{}, errors.New("exec: empty argv")
 	}
-	if err := s.begin(); err != nil {
+	if err := s.life.Begin(); err != nil {
 		return sandbox.ExecResult{}, err
 	}
-	defer s.running.Done()
+	defer s.life.End()
 	env, err := sandbox.CommandEnv(s.cfg.Env, req.Env)
 	if err != nil {
 		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
@@ -269,7 +253,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		stopErr = fmt.Errorf("exec: %w", ctx.Err())
 		killAll()
 		waitErr = <-waitc
-	case <-s.done:
+	case <-s.life.Done():
 		stopErr = errors.New("exec: host sandbox closed while the command ran")
 		killAll()
 		waitErr = <-waitc
@@ -317,7 +301,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 
 // ReadFile reads a host file (relative paths are in the workdir).
 func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
-	if err := s.usable(); err != nil {
+	if err := s.life.Usable(); err != nil {
 		return nil, err
 	}
 	return os.ReadFile(s.path(p))
@@ -325,7 +309,7 @@ func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
 
 // WriteFile writes a host file, creating parent directories.
 func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
-	if err := s.usable(); err != nil {
+	if err := s.life.Usable(); err != nil {
 		return err
 	}
 	full := s.path(p)
@@ -336,15 +320,6 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.
 		return err
 	}
 	return os.Chmod(full, mode.Perm())
-}
-
-func (s *Sandbox) usable() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.snapped {
-		return errors.New("host sandbox is closed or snapshotted")
-	}
-	return nil
 }
 
 // Report describes the (absent) isolation.
@@ -358,17 +333,10 @@ func (s *Sandbox) Report() sandbox.Report {
 // Snapshot moves the workdir out as a layer (a rename). Restoring copies it,
 // so unlike bwrap's overlay the cost grows with its size.
 func (s *Sandbox) Snapshot(ctx context.Context) (sandbox.Layer, error) {
-	s.mu.Lock()
-	if s.closed || s.snapped {
-		s.mu.Unlock()
-		return sandbox.Layer{}, errors.New("snapshot: host sandbox is closed or already snapshotted")
+	dest, err := s.life.Snapshot(s.state)
+	if err != nil {
+		return sandbox.Layer{}, err
 	}
-	s.snapped = true
-	s.mu.Unlock()
-	s.running.Wait()
-	b := make([]byte, 6)
-	rand.Read(b)
-	dest := filepath.Join(filepath.Dir(s.state), filepath.Base(s.state)+".layer-"+hex.EncodeToString(b))
 	if err := os.Rename(s.workdir, dest); err != nil {
 		return sandbox.Layer{}, fmt.Errorf("snapshot: %w", err)
 	}
@@ -377,15 +345,7 @@ func (s *Sandbox) Snapshot(ctx context.Context) (sandbox.Layer, error) {
 
 // Close kills running commands and removes the workdir; it is idempotent.
 func (s *Sandbox) Close(ctx context.Context) error {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		close(s.done)
-		s.mu.Unlock()
-		s.running.Wait()
-		s.closeErr = s.cleanup()
-	})
-	return s.closeErr
+	return s.life.Close(s.cleanup)
 }
 
 func (s *Sandbox) cleanup() error {
