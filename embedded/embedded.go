@@ -92,22 +92,28 @@ func Open(ctx context.Context, o Options) (*App, error) {
 	if stateDir == "" {
 		stateDir = filepath.Join(filepath.Dir(path), "state")
 	}
+	// Absolute: overlay mounts record their directories, and a relative
+	// one would depend on the working directory of whoever looks later.
+	if stateDir, err = filepath.Abs(stateDir); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("finding the state directory: %w", err)
+	}
 	imgs, err := image.Open(filepath.Join(stateDir, "images"), o.Logger)
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("opening image cache: %w", err)
 	}
-	sbDir := filepath.Join(stateDir, "sandboxes")
-	if err := os.MkdirAll(sbDir, 0o700); err != nil {
-		st.Close()
-		return nil, fmt.Errorf("creating sandbox state dir: %w", err)
-	}
 	rungs := Rungs()
+	envs, err := environment.NewManager(imgs, rungs, filepath.Join(stateDir, "sandboxes"), o.Logger)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	return &App{
 		store:    st,
 		images:   imgs,
 		rungs:    rungs,
-		envs:     environment.NewManager(imgs, rungs, sbDir, o.Logger),
+		envs:     envs,
 		datasets: benchDatasets(),
 		logger:   o.Logger,
 		stateDir: stateDir,

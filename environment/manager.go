@@ -51,12 +51,14 @@ type Manager struct {
 	stateDir string
 	logger   *slog.Logger
 
+	// own is this process's part of stateDir: every sandbox's state and
+	// setup snapshot lives below it (see claimStateDir).
+	own *procDir
+
 	mu       sync.Mutex
 	prepared map[string]*prepareCall
 	seq      int
-	// dirs are the sandbox state directories made so far; rungs empty
-	// them at Close, the manager removes them at its own Close.
-	dirs []string
+	closed   bool
 }
 
 type prepareCall struct {
@@ -65,16 +67,27 @@ type prepareCall struct {
 	err  error
 }
 
-// NewManager returns a Manager that keeps sandbox state under stateDir.
-func NewManager(images ImageResolver, rungs []sandbox.Rung, stateDir string, logger *slog.Logger) *Manager {
-	return &Manager{images: images, rungs: rungs, stateDir: stateDir, logger: logger, prepared: map[string]*prepareCall{}}
+// NewManager returns a Manager that keeps sandbox state under stateDir, in
+// a directory of this process's own. It first removes what engines that
+// stopped without closing (killed, crashed) left in stateDir: their
+// sandbox roots, setup snapshots and the overlays still mounted for them.
+func NewManager(images ImageResolver, rungs []sandbox.Rung, stateDir string, logger *slog.Logger) (*Manager, error) {
+	own, err := claimStateDir(stateDir, logger)
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{images: images, rungs: rungs, stateDir: stateDir, own: own, logger: logger, prepared: map[string]*prepareCall{}}, nil
 }
 
-// Close removes the setup snapshots this manager made; sandboxes made from
-// them must be closed first.
+// Close removes the setup snapshots and whatever sandbox state this
+// manager's sandboxes left; sandboxes made from it must be closed first.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
 	var errs []error
 	for id, c := range m.prepared {
 		select {
@@ -89,12 +102,9 @@ func (m *Manager) Close() error {
 		}
 		delete(m.prepared, id)
 	}
-	for _, d := range m.dirs {
-		if err := os.RemoveAll(d); err != nil {
-			errs = append(errs, fmt.Errorf("removing sandbox state %s: %w", d, err))
-		}
+	if err := m.own.release(); err != nil {
+		errs = append(errs, err)
 	}
-	m.dirs = nil
 	return errors.Join(errs...)
 }
 
@@ -287,17 +297,17 @@ func setupPolicy(env *spec.Environment) sandbox.Policy {
 
 func (m *Manager) create(ctx context.Context, rung sandbox.Rung, cfg sandbox.Config, pol sandbox.Policy) (sandbox.Sandbox, error) {
 	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, errors.New("creating a sandbox: the environment manager is closed")
+	}
 	m.seq++
 	n := m.seq
 	m.mu.Unlock()
 	cfg.Policy = pol
-	cfg.StateDir = filepath.Join(m.stateDir, fmt.Sprintf("sb-%d-%d", os.Getpid(), n))
-	m.mu.Lock()
-	m.dirs = append(m.dirs, cfg.StateDir)
-	m.mu.Unlock()
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating sandbox state dir: %w", err)
-	}
+	// Not created here: a rung that creates its state dir removes it when
+	// the sandbox closes, so a long run does not collect one per trial.
+	cfg.StateDir = filepath.Join(m.own.dir, fmt.Sprintf("sb-%d", n))
 	sb, err := rung.Create(ctx, cfg)
 	if err != nil {
 		os.RemoveAll(cfg.StateDir)

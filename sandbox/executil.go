@@ -1,9 +1,12 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -113,8 +116,10 @@ func (b *CappedBuffer) Truncated() bool {
 }
 
 // StateDir is where a sandbox of the named rung keeps its state: dir when
-// the caller gave one (created if missing), else a new temporary directory
-// that the sandbox owns and removes when it closes.
+// the caller gave one, else a new temporary directory. The sandbox owns
+// (and removes when it closes) a directory it had to create, the temporary
+// one or a given dir that did not exist yet; a given dir that already
+// existed is the caller's, and the sandbox only empties what it put there.
 func StateDir(dir, rung string) (path string, owned bool, err error) {
 	if dir == "" {
 		p, err := os.MkdirTemp("", "evalsi-"+rung+"-")
@@ -123,8 +128,18 @@ func StateDir(dir, rung string) (path string, owned bool, err error) {
 		}
 		return p, true, nil
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return "", false, fmt.Errorf("creating a %s sandbox state dir: %w", rung, err)
 	}
-	return dir, false, nil
+	switch err := os.Mkdir(dir, 0o700); {
+	case err == nil:
+		return dir, true, nil
+	case errors.Is(err, fs.ErrExist):
+		if st, serr := os.Stat(dir); serr != nil || !st.IsDir() {
+			return "", false, fmt.Errorf("%s sandbox state dir %s exists and is not a directory", rung, dir)
+		}
+		return dir, false, nil
+	default:
+		return "", false, fmt.Errorf("creating a %s sandbox state dir: %w", rung, err)
+	}
 }

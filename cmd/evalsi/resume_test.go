@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+
 	"evals.si/modelserver"
 	"evals.si/spec"
 	"evals.si/store"
@@ -213,18 +215,108 @@ func (w *watcher) close() {
 // TestResumeAfterSIGKILL kills evalsi with SIGKILL several times in the
 // middle of a run, resumes it each time, and checks that the run ends with
 // every (record, trial) exactly once, with the scores, trajectories and
-// summary of an uninterrupted run of the same spec.
+// summary of an uninterrupted run of the same spec: a plain model eval, and
+// an agent run in bwrap sandboxes, after which nothing the killed engines
+// left (sandbox roots, setup snapshots, overlays still mounted) remains.
 func TestResumeAfterSIGKILL(t *testing.T) {
-	const records, trials = 40, 3
-	total := records * trials
 	bin := buildEvalsi(t)
-	addr := slowModel(t, resumeScript(records))
-	specPath := resumeSpec(t, addr, records)
+	t.Run("model-eval", func(t *testing.T) {
+		const records = 40
+		addr := slowModel(t, resumeScript(records))
+		killAndResume(t, bin, resumeSpec(t, addr, records), records*3)
+	})
+	t.Run("agent-bwrap", func(t *testing.T) {
+		requireBwrap(t)
+		const records = 30
+		addr := slowModel(t, agentResumeScript(records))
+		db := killAndResume(t, bin, agentResumeSpec(t, addr, records), records*2)
+		state := filepath.Join(filepath.Dir(db), "state")
+		ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(state))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			t.Errorf("still mounted after the last resume: %s", m.Mountpoint)
+		}
+		left, err := os.ReadDir(filepath.Join(state, "sandboxes"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range left {
+			if e.Name() != ".lock" {
+				t.Errorf("sandbox state left after the last resume: %s", e.Name())
+			}
+		}
+	})
+}
 
+// agentResumeScript: the agent on record i runs one command that records i
+// and answers; the checker passes even records only, so scores differ.
+func agentResumeScript(n int) *spec.Script {
+	s := &spec.Script{}
+	for i := range n {
+		s.Rules = append(s.Rules, spec.ScriptRule{Contains: fmt.Sprintf("[a%02d]", i), Replies: []spec.ScriptReply{
+			{ToolCalls: []spec.ScriptToolCall{{Name: "bash", Arguments: spec.JSON(fmt.Sprintf(`{"command": "cat setup.txt && echo %d > n.txt"}`, i))}},
+				InputTokens: 20 + i, OutputTokens: 5},
+			{Content: "done", InputTokens: 40 + i, OutputTokens: 1 + i%3},
+		}})
+	}
+	return s
+}
+
+// agentResumeSpec writes an agent run of n records × 2 trials on bwrap,
+// with a setup step (so each engine process builds a setup snapshot).
+func agentResumeSpec(t *testing.T, addr string, n int) string {
+	t.Helper()
+	dir := t.TempDir()
+	var recs strings.Builder
+	for i := range n {
+		fmt.Fprintf(&recs, `{"id": "a%02d", "input": "[a%02d] Record the number."}`+"\n", i, i)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "records.jsonl"), []byte(recs.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	y := `name: resume-agent-test
+trials: 2
+concurrency: 4
+dataset:
+  path: records.jsonl
+target:
+  connector: openai
+  model: gpt-4o-mini
+  base_url: http://` + addr + `/v1
+  api_key_env: EVALSI_RESUME_TEST_KEY
+harness:
+  builtin:
+    max_steps: 4
+environment:
+  setup: ["echo ready > setup.txt"]
+  sandbox:
+    workdir: /workspace
+    network: deny
+    ladder: [bwrap]
+  checker:
+    command: [sh, -c, 'test $(( $(cat n.txt) % 2 )) -eq 0']
+    parser: exit-code
+evaluators: [task-success, agent-efficiency]
+`
+	p := filepath.Join(dir, "resume.yaml")
+	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// killAndResume runs specPath uninterrupted for reference, then runs it
+// again killing evalsi with SIGKILL three times at random points (resuming
+// after each kill, alternating the two resume commands), resumes it to the
+// end and compares. It returns the killed run's store.
+func killAndResume(t *testing.T, bin, specPath string, total int) string {
+	t.Helper()
 	env := append(os.Environ(), "EVALSI_RESUME_TEST_KEY=test-key-not-secret")
 	// Run from another directory: the dataset path is relative to the spec.
 	workdir := t.TempDir()
-	evalsiCmd := func(db string, args ...string) *exec.Cmd {
+	evalsiCmd := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(bin, args...)
 		cmd.Env = env
 		cmd.Dir = workdir
@@ -245,7 +337,7 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 
 	// The reference: the same spec, uninterrupted.
 	refDB := filepath.Join(t.TempDir(), "ref.db")
-	refSum, _ := runJSON(evalsiCmd(refDB, "run", "--store", refDB, "--json", "-f", specPath))
+	refSum, _ := runJSON(evalsiCmd("run", "--store", refDB, "--json", "-f", specPath))
 	refID := refSum["run_id"].(string)
 	want := storedTrials(t, refDB, refID)
 	if len(want) != total {
@@ -265,11 +357,11 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 		var cmd *exec.Cmd
 		switch {
 		case runID == "":
-			cmd = evalsiCmd(db, "run", "--store", db, "--json", "-f", specPath)
+			cmd = evalsiCmd("run", "--store", db, "--json", "-f", specPath)
 		case round%2 == 1:
-			cmd = evalsiCmd(db, "run", "--store", db, "--json", "--resume", runID)
+			cmd = evalsiCmd("run", "--store", db, "--json", "--resume", runID)
 		default:
-			cmd = evalsiCmd(db, "runs", "resume", "--store", db, "--json", runID)
+			cmd = evalsiCmd("runs", "resume", "--store", db, "--json", runID)
 		}
 		cmd.Stdout, cmd.Stderr = new(bytes.Buffer), new(bytes.Buffer)
 		_, before := w.finished(ctx)
@@ -323,7 +415,7 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 	if cutShort == 0 {
 		t.Fatal("no kill landed while a trial was running; the test proves nothing about partial trials")
 	}
-	sum, _ := runJSON(evalsiCmd(db, "run", "--store", db, "--json", "--resume", runID[:12]))
+	sum, _ := runJSON(evalsiCmd("run", "--store", db, "--json", "--resume", runID[:12]))
 	if sum["run_id"] != runID || sum["status"] != "completed" {
 		t.Fatalf("resumed summary: run %v status %v, want %s completed", sum["run_id"], sum["status"], runID)
 	}
@@ -360,12 +452,13 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 	}
 
 	// A completed run cannot be resumed.
-	cmd := evalsiCmd(db, "runs", "resume", "--store", db, runID)
+	cmd := evalsiCmd("runs", "resume", "--store", db, runID)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != exitUsage || !strings.Contains(string(out), "already completed") {
 		t.Errorf("resuming a completed run: %v\n%s", err, out)
 	}
+	return db
 }
 
 func mapsEqual(a, b map[string]float64) bool {

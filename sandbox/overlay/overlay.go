@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -187,4 +189,42 @@ func removeAll(p string) error {
 		return nil
 	})
 	return os.RemoveAll(p)
+}
+
+// RemoveTree unmounts every mount at or below dir, deepest first, and
+// removes the tree. It is for state that no live sandbox uses any more, such
+// as what a killed engine left behind: an overlay its process mounted stays
+// in the host's mount table until something unmounts it. Unmounts are lazy
+// (MNT_DETACH), so a mount still held open somewhere cannot block it.
+func RemoveTree(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(abs))
+	if err != nil {
+		return fmt.Errorf("listing mounts below %s: %w", abs, err)
+	}
+	// Deeper mount points first; among equals, the later mount (on top).
+	sort.Slice(mounts, func(i, j int) bool {
+		if a, b := strings.Count(mounts[i].Mountpoint, "/"), strings.Count(mounts[j].Mountpoint, "/"); a != b {
+			return a > b
+		}
+		return mounts[i].ID > mounts[j].ID
+	})
+	var errs []error
+	for _, m := range mounts {
+		if err := unix.Unmount(m.Mountpoint, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", m.Mountpoint, err))
+		}
+	}
+	if len(errs) > 0 {
+		// Removing files through a mount that is still there would reach
+		// into its layers.
+		return errors.Join(errs...)
+	}
+	if err := removeAll(abs); err != nil {
+		return fmt.Errorf("removing %s: %w", abs, err)
+	}
+	return nil
 }
