@@ -53,7 +53,8 @@ type Manager struct {
 
 	// own is this process's part of stateDir: every sandbox's state and
 	// setup snapshot lives below it (see claimStateDir).
-	own *procDir
+	own   *procDir
+	owner string // Config.Owner of every sandbox made
 
 	mu       sync.Mutex
 	prepared map[string]*prepareCall
@@ -76,8 +77,25 @@ func NewManager(images ImageResolver, rungs []sandbox.Rung, stateDir string, log
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{images: images, rungs: rungs, stateDir: stateDir, own: own, logger: logger, prepared: map[string]*prepareCall{}}, nil
+	for _, r := range rungs {
+		if sw, ok := r.(sandbox.Sweeper); ok {
+			ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
+			n, err := sw.Sweep(ctx, ownerDead)
+			cancel()
+			if err != nil {
+				logger.Warn("removing sandboxes stopped engines left", "rung", r.Name(), "err", err)
+			}
+			if n > 0 {
+				logger.Info("removed sandboxes stopped engines left", "rung", r.Name(), "count", n)
+			}
+		}
+	}
+	return &Manager{images: images, rungs: rungs, stateDir: stateDir, own: own, owner: own.owner(), logger: logger, prepared: map[string]*prepareCall{}}, nil
 }
+
+// sweepTimeout bounds asking a rung (a Docker daemon) for what dead
+// engines left; past it the leftovers wait for the next engine.
+const sweepTimeout = 10 * time.Second
 
 // Close removes the setup snapshots and whatever sandbox state this
 // manager's sandboxes left; sandboxes made from it must be closed first.
@@ -308,6 +326,7 @@ func (m *Manager) create(ctx context.Context, rung sandbox.Rung, cfg sandbox.Con
 	// Not created here: a rung that creates its state dir removes it when
 	// the sandbox closes, so a long run does not collect one per trial.
 	cfg.StateDir = filepath.Join(m.own.dir, fmt.Sprintf("sb-%d", n))
+	cfg.Owner = m.owner
 	sb, err := rung.Create(ctx, cfg)
 	if err != nil {
 		os.RemoveAll(cfg.StateDir)

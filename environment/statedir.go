@@ -39,6 +39,47 @@ type procDir struct {
 	lock *os.File
 }
 
+// owner is what sandboxes of rungs that outlive the engine (Docker) are
+// labelled with: this boot of this machine, and the process's directory.
+// Empty when the boot id cannot be read: such sandboxes are never swept.
+func (p *procDir) owner() string {
+	boot := bootID()
+	if boot == "" {
+		return ""
+	}
+	return boot + " " + p.dir
+}
+
+// ownerDead reports whether the engine an owner label names is gone: it ran
+// on this boot of this machine (a Docker daemon may be shared with other
+// machines, whose engines this one cannot see) and nobody holds its lock,
+// or its directory is gone (a live engine has both from before it makes
+// any sandbox).
+func ownerDead(owner string) bool {
+	boot, dir, ok := strings.Cut(owner, " ")
+	if !ok || boot == "" || boot != bootID() || !filepath.IsAbs(dir) {
+		return false
+	}
+	f, err := lockFile(filepath.Join(dir, ownerLock), false, false)
+	switch {
+	case err == nil:
+		f.Close()
+		return true
+	case errors.Is(err, fs.ErrNotExist):
+		return true
+	default:
+		return false
+	}
+}
+
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
 // claimStateDir removes what dead engines left in stateDir and makes this
 // process's own directory there.
 func claimStateDir(stateDir string, logger *slog.Logger) (_ *procDir, err error) {

@@ -130,3 +130,37 @@ func deadPid(t *testing.T) int {
 	t.Fatal("no free pid found")
 	return 0
 }
+
+// TestOwnerDead: a live engine's owner label is alive until it releases its
+// claim; labels of another boot (another machine sharing a Docker daemon)
+// or malformed ones are never taken for dead.
+func TestOwnerDead(t *testing.T) {
+	if bootID() == "" {
+		t.Skip("no boot id on this system: sandboxes get no owner label, and none is swept")
+	}
+	p, err := claimStateDir(t.TempDir(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := p.owner()
+	if ownerDead(owner) {
+		t.Fatalf("ownerDead(%q) while its engine holds the claim", owner)
+	}
+	if err := p.release(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		owner string
+		dead  bool
+	}{
+		{owner, true},
+		{"00000000-0000-0000-0000-000000000000 " + p.dir, false},
+		{bootID() + " relative/dir", false},
+		{bootID(), false},
+		{"", false},
+	} {
+		if got := ownerDead(tc.owner); got != tc.dead {
+			t.Errorf("ownerDead(%q) = %v, want %v", tc.owner, got, tc.dead)
+		}
+	}
+}

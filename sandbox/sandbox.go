@@ -129,6 +129,18 @@ type Config struct {
 	CommandTimeout time.Duration `json:"command_timeout,omitempty"`
 	// StateDir is where the rung keeps this sandbox's writable state.
 	StateDir string `json:"state_dir,omitempty"`
+	// Owner names the process that made the sandbox, for rungs whose
+	// sandboxes outlive it (see Sweeper); opaque to the rung.
+	Owner string `json:"owner,omitempty"`
+}
+
+// Sweeper is implemented by rungs whose sandboxes can outlive the process
+// that made them (a Docker container keeps running when the engine is
+// killed): Sweep removes the sandboxes and snapshots whose Config.Owner
+// dead reports as gone. A rung that cannot be reached (no daemon) has
+// nothing to sweep.
+type Sweeper interface {
+	Sweep(ctx context.Context, dead func(owner string) bool) (removed int, err error)
 }
 
 // Report is a trial's isolation report.

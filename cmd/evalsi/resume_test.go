@@ -19,9 +19,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 	"github.com/moby/sys/mountinfo"
 
+	"evals.si/internal/testenv"
 	"evals.si/modelserver"
+	"evals.si/sandbox/docker"
 	"evals.si/spec"
 	"evals.si/store"
 )
@@ -229,25 +234,67 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 		requireBwrap(t)
 		const records = 30
 		addr := slowModel(t, agentResumeScript(records))
-		db := killAndResume(t, bin, agentResumeSpec(t, addr, records), records*2)
+		db := killAndResume(t, bin, agentResumeSpec(t, addr, records, "bwrap"), records*2)
+		requireNoLeftovers(t, db)
+	})
+	t.Run("agent-docker", func(t *testing.T) {
+		rung := docker.New()
+		if p := rung.Probe(context.Background()); !p.Works {
+			testenv.Missing(t, "docker", p.Reason)
+		}
+		const records = 12
+		addr := slowModel(t, agentResumeScript(records))
+		db := killAndResume(t, bin, agentResumeSpec(t, addr, records, "docker"), records*2)
+		requireNoLeftovers(t, db)
+		// Containers and snapshot images are labelled with their engine's
+		// state directory; none of the killed engines' may be left.
+		cli, err := rung.Client()
+		if err != nil {
+			t.Fatal(err)
+		}
 		state := filepath.Join(filepath.Dir(db), "state")
-		ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(state))
+		cs, err := cli.ContainerList(context.Background(), container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "si.evals.owner"))})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range ms {
-			t.Errorf("still mounted after the last resume: %s", m.Mountpoint)
+		for _, c := range cs {
+			if strings.Contains(c.Labels["si.evals.owner"], state) {
+				t.Errorf("container %.12s of a killed engine left: %s", c.ID, c.State)
+			}
 		}
-		left, err := os.ReadDir(filepath.Join(state, "sandboxes"))
+		imgs, err := cli.ImageList(context.Background(), image.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "si.evals.owner"))})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, e := range left {
-			if e.Name() != ".lock" {
-				t.Errorf("sandbox state left after the last resume: %s", e.Name())
+		for _, im := range imgs {
+			if strings.Contains(im.Labels["si.evals.owner"], state) {
+				t.Errorf("snapshot image %.19s of a killed engine left", im.ID)
 			}
 		}
 	})
+}
+
+// requireNoLeftovers fails when anything is mounted below the store's
+// state directory or any sandbox state is left there.
+func requireNoLeftovers(t *testing.T, db string) {
+	t.Helper()
+	state := filepath.Join(filepath.Dir(db), "state")
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(state))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		t.Errorf("still mounted after the last resume: %s", m.Mountpoint)
+	}
+	left, err := os.ReadDir(filepath.Join(state, "sandboxes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		if e.Name() != ".lock" {
+			t.Errorf("sandbox state left after the last resume: %s", e.Name())
+		}
+	}
 }
 
 // agentResumeScript: the agent on record i runs one command that records i
@@ -264,9 +311,9 @@ func agentResumeScript(n int) *spec.Script {
 	return s
 }
 
-// agentResumeSpec writes an agent run of n records × 2 trials on bwrap,
+// agentResumeSpec writes an agent run of n records × 2 trials on rung,
 // with a setup step (so each engine process builds a setup snapshot).
-func agentResumeSpec(t *testing.T, addr string, n int) string {
+func agentResumeSpec(t *testing.T, addr string, n int, rung string) string {
 	t.Helper()
 	dir := t.TempDir()
 	var recs strings.Builder
@@ -294,7 +341,7 @@ environment:
   sandbox:
     workdir: /workspace
     network: deny
-    ladder: [bwrap]
+    ladder: [` + rung + `]
   checker:
     command: [sh, -c, 'test $(( $(cat n.txt) % 2 )) -eq 0']
     parser: exit-code

@@ -173,7 +173,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 		Env:        envList(env),
 		WorkingDir: cfg.Workdir,
 		User:       KeeperUID + ":" + KeeperUID,
-		Labels:     map[string]string{"si.evals.sandbox": "1"},
+		Labels:     sandboxLabels(cfg),
 	}
 	pids := int64(cfg.Limits.PidsMax)
 	if pids <= 0 {
