@@ -36,6 +36,10 @@ type Task struct {
 	// CommandTimeout bounds one command the agent runs (0: the sandbox's
 	// default).
 	CommandTimeout time.Duration
+	// OutputLimit caps each of stdout and stderr of one command the agent
+	// runs, in bytes (the run's caps.command_output_kb; 0: the sandbox's
+	// default). Commands that set no limit of their own get it anyway.
+	OutputLimit int
 	// Emit receives the trajectory's events as they happen.
 	Emit trajectory.Sink
 	// Escalate asks the harness for a wider policy (kind is e.g. "network").

@@ -12,25 +12,28 @@ import (
 
 // providerLimits gives each model provider of a run (connector and base
 // URL) one adaptive concurrency limiter, shared by the target and the
-// judge when they call the same provider.
+// judge when they call the same provider, and caps every response body at
+// the run's caps.model_response_mb.
 type providerLimits struct {
-	initial int
+	initial     int
+	maxResponse int64
 
 	mu    sync.Mutex
 	byKey map[string]*model.Limiter
 	order []*model.Limiter
 }
 
-func newProviderLimits(concurrency int) *providerLimits {
+func newProviderLimits(concurrency int, maxResponse int64) *providerLimits {
 	if concurrency <= 0 {
 		concurrency = 2 * runtime.NumCPU()
 	}
-	return &providerLimits{initial: concurrency, byKey: map[string]*model.Limiter{}}
+	return &providerLimits{initial: concurrency, maxResponse: maxResponse, byKey: map[string]*model.Limiter{}}
 }
 
 // options returns o with an HTTP client whose requests to ref's provider
-// go through the provider's limiter. The window starts at the run's
-// concurrency and may grow to twice it (target and judge calls together).
+// go through the provider's limiter and whose response bodies are capped.
+// The window starts at the run's concurrency and may grow to twice it
+// (target and judge calls together).
 func (p *providerLimits) options(o model.Options, ref spec.ModelRef) model.Options {
 	if ref.Connector != model.ConnectorOpenAI && ref.Connector != model.ConnectorAnthropic {
 		return o // no HTTP
@@ -48,7 +51,7 @@ func (p *providerLimits) options(o model.Options, ref spec.ModelRef) model.Optio
 		p.byKey[key] = l
 		p.order = append(p.order, l)
 	}
-	o.HTTPClient = &http.Client{Transport: l.Transport(nil)}
+	o.HTTPClient = &http.Client{Transport: model.CapResponses(l.Transport(nil), p.maxResponse)}
 	return o
 }
 

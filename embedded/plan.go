@@ -29,7 +29,7 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 		return nil, SpecError{f.Errorf("dataset", "the dataset has no records")}
 	}
 	mopts := model.Options{Getenv: a.getenv, Logger: a.logger, BaseDir: f.Dir}
-	lims := newProviderLimits(s.Concurrency)
+	lims := newProviderLimits(s.Concurrency, s.Caps.ModelResponseBytes())
 
 	evalCfgs := s.Evaluators
 	if len(evalCfgs) == 0 {

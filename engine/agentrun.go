@@ -56,8 +56,12 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 		env = s.ShapeEnvironment(env)
 	}
 	m := meterFrom(ctx)
+	outputLimit := r.Spec.Caps.CommandOutputBytes()
+	// Setup commands run inside Prepare, and in NewSandbox when the rung
+	// cannot snapshot.
+	setup := environment.SetupOptions{OutputLimit: outputLimit}
 	prepStart := time.Now()
-	prep, err := r.Envs.Prepare(ctx, env)
+	prep, err := r.Envs.Prepare(ctx, env, setup)
 	m.lifecycleSince(prepStart)
 	if err != nil {
 		return nil, envErr(err)
@@ -73,14 +77,15 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 		pol.ProxyAddr = proxy.UnixAddr()
 	}
 	createStart := time.Now()
-	raw, err := prep.NewSandbox(ctx, pol)
+	raw, err := prep.NewSandbox(ctx, pol, setup)
 	m.lifecycleSince(createStart)
 	if err != nil {
 		return nil, envErr(err)
 	}
-	// The agent, the diff and the checker use the timed sandbox; policy
-	// changes (escalation) go to the sandbox itself.
-	sb := timedSandbox{Sandbox: raw, m: m}
+	// The agent, the diff and the checker use the timed sandbox, whose
+	// commands get the run's output cap; policy changes (escalation) go to
+	// the sandbox itself.
+	sb := timedSandbox{Sandbox: cappedSandbox{Sandbox: raw, outputLimit: outputLimit}, m: m}
 	defer sb.Close(context.WithoutCancel(ctx))
 	report := sb.Report()
 	iso, _ := json.Marshal(report)
@@ -93,6 +98,7 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 		Sandbox:        sb,
 		Workdir:        prep.Workdir,
 		CommandTimeout: env.CommandTimeout.D(),
+		OutputLimit:    outputLimit,
 		Emit:           tc.Emit,
 		Escalate:       r.escalate(raw, pol),
 	}
@@ -170,6 +176,22 @@ func (r *AgentRunner) startProxy(ctx context.Context, tc *TrialContext, pol sand
 		return nil, fmt.Errorf("starting egress proxy: %w", err)
 	}
 	return p, nil
+}
+
+// cappedSandbox gives each command that sets no output limit of its own the
+// run's caps.command_output_kb, so the checker, agents other than the
+// built-in one and an external harness's commands honour it too. Commands
+// that set one keep it (the diff capture's, a CLI agent's larger one).
+type cappedSandbox struct {
+	sandbox.Sandbox
+	outputLimit int
+}
+
+func (s cappedSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	if req.OutputLimit <= 0 {
+		req.OutputLimit = s.outputLimit
+	}
+	return s.Sandbox.Exec(ctx, req)
 }
 
 // policySetter is implemented by sandboxes whose policy can widen mid-trial.

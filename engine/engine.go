@@ -342,6 +342,7 @@ func (e *Engine) runTrial(ctx context.Context, log *slog.Logger, p *Plan, runID 
 		// Events stream to the store through the journal and are also kept,
 		// large texts cut, for the evaluators of this trial.
 		jr := newJournal(ctx, e.Recorder, trialID)
+		mem := newMemoryBudget(p.Spec.Caps)
 		var (
 			evMu   sync.Mutex
 			events []trajectory.Event
@@ -356,7 +357,7 @@ func (e *Engine) runTrial(ctx context.Context, log *slog.Logger, p *Plan, runID 
 			if err := jr.add(ev); err != nil {
 				return err
 			}
-			events = append(events, forMemory(ev))
+			events = append(events, mem.forMemory(ev))
 			return nil
 		})
 		tc.Events = func() []trajectory.Event {

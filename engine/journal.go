@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"unicode/utf8"
 
+	"evals.si/spec"
 	"evals.si/trajectory"
 )
 
@@ -16,18 +18,17 @@ type EventBatcher interface {
 }
 
 // Caps on what the engine holds in memory per trial attempt. Events are
-// streamed to the store; these bound what waits to be written and the copy
-// evaluators read.
+// streamed to the store; these bound what waits to be written. The copy
+// evaluators read is bounded by the spec's caps (see memoryBudget).
 const (
 	// maxQueuedEvents and maxQueuedBytes bound the events waiting to be
 	// written: a trial that emits faster than the store writes waits.
 	maxQueuedEvents = 256
 	maxQueuedBytes  = 8 << 20
-	// MaxEventTextInMemory caps each large text field (tool output, message
-	// content, log text, checker output) of the copy of an event kept for
-	// evaluators; the store keeps the event whole. Tool output is already
-	// capped at 1 MiB per stream by the sandboxes.
-	MaxEventTextInMemory = 64 << 10
+	// overBudgetEventText is what the in-memory copy keeps of each large
+	// text once the attempt's texts have reached caps.trial_memory_mb: the
+	// head says what the event was about, the store has the rest.
+	overBudgetEventText = 1 << 10
 )
 
 // journal writes one trial attempt's events to the recorder in order, off
@@ -156,35 +157,76 @@ func textSize(ev trajectory.Event) int {
 	return n
 }
 
-// forMemory returns the copy of an event kept for evaluators, its large
-// text fields cut at MaxEventTextInMemory.
-func forMemory(ev trajectory.Event) trajectory.Event {
-	cut := func(s string) string {
-		if len(s) <= MaxEventTextInMemory {
-			return s
+// memoryBudget decides how much of each event's large text fields (tool
+// output, message content, log text, checker output) one trial attempt keeps
+// in the copy evaluators read: each is cut at caps.event_text_kb, and once
+// the texts kept reach caps.trial_memory_mb, at overBudgetEventText, so a
+// trial of many events cannot grow the engine without bound. Cut texts end
+// with a note. The store gets every event whole. Tool-call arguments are kept
+// whole: evaluators compare them as JSON, and the model response cap bounds
+// them.
+//
+// A memoryBudget is not safe for concurrent use; the trial's sink calls it
+// under its lock.
+type memoryBudget struct {
+	perText int
+	total   int64
+	used    int64
+}
+
+func newMemoryBudget(c *spec.Caps) *memoryBudget {
+	return &memoryBudget{perText: c.EventTextBytes(), total: c.TrialMemoryBytes()}
+}
+
+// forMemory returns the copy of ev kept for evaluators and counts what it
+// keeps. An event whose texts are kept whole is returned as it is.
+func (b *memoryBudget) forMemory(ev trajectory.Event) trajectory.Event {
+	if m := ev.Message; m != nil {
+		if s, cut := b.keep(m.Content); cut {
+			c := *m
+			c.Content = s
+			ev.Message = &c
 		}
-		return s[:MaxEventTextInMemory] + fmt.Sprintf("\n[… %d bytes cut in the engine's in-memory copy; the stored trajectory has them]", len(s)-MaxEventTextInMemory)
 	}
-	if m := ev.Message; m != nil && len(m.Content) > MaxEventTextInMemory {
-		c := *m
-		c.Content = cut(c.Content)
-		ev.Message = &c
+	if r := ev.ToolResult; r != nil {
+		if s, cut := b.keep(r.Output); cut {
+			c := *r
+			c.Output = s
+			c.Truncated = true
+			ev.ToolResult = &c
+		}
 	}
-	if r := ev.ToolResult; r != nil && len(r.Output) > MaxEventTextInMemory {
-		c := *r
-		c.Output = cut(c.Output)
-		c.Truncated = true
-		ev.ToolResult = &c
+	if l := ev.Log; l != nil {
+		if s, cut := b.keep(l.Text); cut {
+			c := *l
+			c.Text = s
+			ev.Log = &c
+		}
 	}
-	if l := ev.Log; l != nil && len(l.Text) > MaxEventTextInMemory {
-		c := *l
-		c.Text = cut(c.Text)
-		ev.Log = &c
-	}
-	if ch := ev.Checker; ch != nil && len(ch.Output) > MaxEventTextInMemory {
-		c := *ch
-		c.Output = cut(c.Output)
-		ev.Checker = &c
+	if ch := ev.Checker; ch != nil {
+		if s, cut := b.keep(ch.Output); cut {
+			c := *ch
+			c.Output = s
+			ev.Checker = &c
+		}
 	}
 	return ev
+}
+
+// keep returns what the copy keeps of s, and whether that is less than s.
+func (b *memoryBudget) keep(s string) (string, bool) {
+	limit, why := b.perText, ""
+	if b.used >= b.total && limit > overBudgetEventText {
+		limit, why = overBudgetEventText, " (this trial's texts reached caps.trial_memory_mb)"
+	}
+	if len(s) <= limit {
+		b.used += int64(len(s))
+		return s, false
+	}
+	for limit > 0 && !utf8.RuneStart(s[limit]) {
+		limit-- // cut between characters, not inside one
+	}
+	kept := s[:limit] + fmt.Sprintf("\n[… %d bytes cut in the engine's in-memory copy%s; the stored trajectory has them]", len(s)-limit, why)
+	b.used += int64(len(kept))
+	return kept, true
 }

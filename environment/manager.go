@@ -164,8 +164,17 @@ func Identity(env *spec.Environment) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// SetupOptions are a run's settings for setup commands. They are not part of
+// what an environment is: they do not change its identity, and the trial
+// that asks first sets up an environment for every trial that shares it.
+type SetupOptions struct {
+	// OutputLimit caps each of stdout and stderr of a setup command (the
+	// run's caps.command_output_kb; 0: the sandbox's default).
+	OutputLimit int
+}
+
 // Prepare resolves, selects and sets up env, once per identity.
-func (m *Manager) Prepare(ctx context.Context, env *spec.Environment) (*Prepared, error) {
+func (m *Manager) Prepare(ctx context.Context, env *spec.Environment, opts SetupOptions) (*Prepared, error) {
 	if env == nil {
 		env = &spec.Environment{}
 	}
@@ -176,7 +185,7 @@ func (m *Manager) Prepare(ctx context.Context, env *spec.Environment) (*Prepared
 		c = &prepareCall{done: make(chan struct{})}
 		m.prepared[id] = c
 		m.mu.Unlock()
-		c.env, c.err = m.prepare(ctx, id, env)
+		c.env, c.err = m.prepare(ctx, id, env, opts)
 		close(c.done)
 		if c.err != nil {
 			// Do not cache failures: a later trial (or retry) tries again.
@@ -203,7 +212,7 @@ func ladderKey(env *spec.Environment) string {
 	return strings.Join(sb.Ladder, ",") + "|" + sb.MinIsolation
 }
 
-func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment) (*Prepared, error) {
+func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment, opts SetupOptions) (*Prepared, error) {
 	pol := env.Sandbox
 	if pol == nil {
 		pol = &spec.SandboxPolicy{}
@@ -283,7 +292,7 @@ func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment)
 		return nil, &InfraError{Phase: "setup", Err: err}
 	}
 	defer sb.Close(context.WithoutCancel(ctx))
-	if err := applySetup(ctx, sb, env, p.Workdir, m.logger); err != nil {
+	if err := applySetup(ctx, sb, env, p.Workdir, opts, m.logger); err != nil {
 		return nil, &InfraError{Phase: "setup", Err: err}
 	}
 	snap, ok := sb.(sandbox.Snapshotter)
@@ -340,7 +349,7 @@ func (m *Manager) create(ctx context.Context, rung sandbox.Rung, cfg sandbox.Con
 func (p *Prepared) Policy() sandbox.Policy { return p.base.Policy }
 
 // NewSandbox creates a trial's sandbox, restored from the setup snapshot.
-func (p *Prepared) NewSandbox(ctx context.Context, pol sandbox.Policy) (sandbox.Sandbox, error) {
+func (p *Prepared) NewSandbox(ctx context.Context, pol sandbox.Policy, opts SetupOptions) (sandbox.Sandbox, error) {
 	cfg := p.base
 	cfg.Env = make(map[string]string, len(p.base.Env))
 	for k, v := range p.base.Env {
@@ -354,7 +363,7 @@ func (p *Prepared) NewSandbox(ctx context.Context, pol sandbox.Policy) (sandbox.
 		return nil, &InfraError{Phase: "sandbox", Err: err}
 	}
 	if p.Replay {
-		if err := applySetup(ctx, sb, p.env, p.Workdir, p.manager.logger); err != nil {
+		if err := applySetup(ctx, sb, p.env, p.Workdir, opts, p.manager.logger); err != nil {
 			sb.Close(context.WithoutCancel(ctx))
 			return nil, &InfraError{Phase: "setup", Err: err}
 		}
@@ -365,7 +374,7 @@ func (p *Prepared) NewSandbox(ctx context.Context, pol sandbox.Policy) (sandbox.
 // applySetup writes files (relative: workdir; absolute: root) then runs each
 // setup command with sh -c in the workdir. Files go first so setup can use
 // them (pip install -e .).
-func applySetup(ctx context.Context, sb sandbox.Sandbox, env *spec.Environment, workdir string, logger *slog.Logger) error {
+func applySetup(ctx context.Context, sb sandbox.Sandbox, env *spec.Environment, workdir string, opts SetupOptions, logger *slog.Logger) error {
 	names := make([]string, 0, len(env.Files))
 	for name := range env.Files {
 		names = append(names, name)
@@ -382,7 +391,7 @@ func applySetup(ctx context.Context, sb sandbox.Sandbox, env *spec.Environment, 
 	}
 	for i, cmd := range env.Setup {
 		start := time.Now()
-		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", cmd}, Timeout: setupTimeout(env)})
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", cmd}, Timeout: setupTimeout(env), OutputLimit: opts.OutputLimit})
 		if err != nil {
 			return fmt.Errorf("setup step %d (%q): %w", i+1, cmd, err)
 		}

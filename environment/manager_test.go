@@ -54,11 +54,11 @@ func TestSetupOncePerEnvironmentAndIsolatedTrials(t *testing.T) {
 		Setup:   []string{"echo setup-ran >> setup.log", "cat a.txt >> setup.log"},
 		Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}, Workdir: "/work"},
 	}
-	p1, err := m.Prepare(ctx, env)
+	p1, err := m.Prepare(ctx, env, SetupOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2, err := m.Prepare(ctx, env)
+	p2, err := m.Prepare(ctx, env, SetupOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,12 +68,12 @@ func TestSetupOncePerEnvironmentAndIsolatedTrials(t *testing.T) {
 	if p1.Layer == nil || p1.Rung.Name() != "bwrap" {
 		t.Fatalf("prepared = %+v", p1)
 	}
-	a, err := p1.NewSandbox(ctx, p1.Policy())
+	a, err := p1.NewSandbox(ctx, p1.Policy(), SetupOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close(ctx)
-	b, err := p1.NewSandbox(ctx, p1.Policy())
+	b, err := p1.NewSandbox(ctx, p1.Policy(), SetupOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestSetupOncePerEnvironmentAndIsolatedTrials(t *testing.T) {
 	// A different environment gets its own setup.
 	env2 := *env
 	env2.Setup = []string{"echo other > setup.log"}
-	p3, err := m.Prepare(ctx, &env2)
+	p3, err := m.Prepare(ctx, &env2, SetupOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestSetupFailureIsAnInfraError(t *testing.T) {
 	_, err := m.Prepare(context.Background(), &spec.Environment{
 		Setup:   []string{"echo about to fail; exit 3"},
 		Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}},
-	})
+	}, SetupOptions{})
 	var ie *InfraError
 	if !errors.As(err, &ie) || ie.Phase != "setup" || !strings.Contains(err.Error(), "about to fail") {
 		t.Fatalf("err = %v, want a setup InfraError carrying the output", err)
@@ -122,7 +122,7 @@ func TestSetupFailureIsAnInfraError(t *testing.T) {
 
 func TestNoRungIsRefused(t *testing.T) {
 	m := newManager(t)
-	_, err := m.Prepare(context.Background(), &spec.Environment{Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}, MinIsolation: "vm"}})
+	_, err := m.Prepare(context.Background(), &spec.Environment{Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}, MinIsolation: "vm"}}, SetupOptions{})
 	if !errors.Is(err, sandbox.ErrNoRung) {
 		t.Fatalf("err = %v, want ErrNoRung: a task asking for vm isolation is refused, never downgraded", err)
 	}

@@ -60,7 +60,9 @@ type ExecRequest struct {
 	OutputLimit int `json:"output_limit,omitempty"`
 }
 
-// DefaultOutputLimit caps each of stdout and stderr of one command.
+// DefaultOutputLimit caps each of stdout and stderr of one command whose
+// request sets no limit. The engine sets the run's caps.command_output_kb,
+// whose default is the same.
 const DefaultOutputLimit = 1 << 20
 
 // ExecResult is how a command ended.

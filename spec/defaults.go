@@ -19,6 +19,13 @@ const (
 	DefaultCheckerTimeout = 10 * time.Minute
 	DefaultCommandTimeout = 2 * time.Minute
 	DefaultMaxSteps       = 30
+	// Caps (see Caps): sandbox command output per stream, one model
+	// response body, one event text and all event texts of a trial attempt
+	// in the engine's memory.
+	DefaultCommandOutputKB = 1024
+	DefaultModelResponseMB = 64
+	DefaultEventTextKB     = 64
+	DefaultTrialMemoryMB   = 16
 )
 
 // DefaultLadder is the sandbox ladder, strongest rung first.

@@ -167,6 +167,20 @@ func TestValidateErrors(t *testing.T) {
 			}},
 		{"run counts", base + "concurrency: -1\nretries: -1\n",
 			[]string{`t.yaml:4:14: concurrency must be at least 1`, `t.yaml:5:10: retries must not be negative`}},
+		{"negative caps", base + "caps:\n  command_output_kb: -1\n  model_response_mb: -64\n  event_text_kb: -2\n  trial_memory_mb: -16\n",
+			[]string{
+				`t.yaml:5:22: caps.command_output_kb -1 is out of range; use 1 to 1048576 KiB, or 0 for the default (1024 KiB)`,
+				`t.yaml:6:22: caps.model_response_mb -64 is out of range; use 1 to 4096 MiB, or 0 for the default (64 MiB)`,
+				`t.yaml:7:18: caps.event_text_kb -2 is out of range; use 1 to 65536 KiB, or 0 for the default (64 KiB)`,
+				`t.yaml:8:20: caps.trial_memory_mb -16 is out of range; use 1 to 65536 MiB, or 0 for the default (16 MiB)`,
+			}},
+		{"caps too large", base + "caps: {command_output_kb: 1048577, model_response_mb: 4097, event_text_kb: 65537, trial_memory_mb: 1048576}\n",
+			[]string{
+				`t.yaml:4:27: caps.command_output_kb 1048577 is out of range; use 1 to 1048576 KiB, or 0 for the default (1024 KiB)`,
+				`t.yaml:4:55: caps.model_response_mb 4097 is out of range; use 1 to 4096 MiB, or 0 for the default (64 MiB)`,
+				`t.yaml:4:76: caps.event_text_kb 65537 is out of range; use 1 to 65536 KiB, or 0 for the default (64 KiB)`,
+				`t.yaml:4:100: caps.trial_memory_mb 1048576 is out of range; use 1 to 65536 MiB, or 0 for the default (16 MiB)`,
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := Parse("t.yaml", []byte(tc.src))

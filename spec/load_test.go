@@ -88,6 +88,9 @@ func TestDecodeFixCalc(t *testing.T) {
 	if s.Trials != 3 || s.Judge.Model != "claude-opus-5-5" {
 		t.Errorf("trials %d judge %+v", s.Trials, s.Judge)
 	}
+	if c := s.Caps; c == nil || c.CommandOutputBytes() != 256<<10 || c.TrialMemoryBytes() != 32<<20 || c.EventTextBytes() != DefaultEventTextKB<<10 {
+		t.Errorf("caps = %+v", c)
+	}
 	// Defaults fill what the file left out, and only that.
 	if *s.Retries != DefaultRetries || s.Concurrency != 2*runtime.NumCPU() || s.TrialTimeout.D() != 30*time.Minute {
 		t.Errorf("run defaults: retries %d concurrency %d timeout %v", *s.Retries, s.Concurrency, s.TrialTimeout)

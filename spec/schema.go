@@ -138,6 +138,12 @@ func (g *schemaGen) object(t reflect.Type) map[string]any {
 			switch {
 			case t == reflect.TypeFor[Checker]() && name == "parser":
 				p["pattern"] = parserPattern
+			case t == reflect.TypeFor[Caps]():
+				for _, c := range capFields() {
+					if c.name == name {
+						p["minimum"], p["maximum"] = 0, c.max
+					}
+				}
 			case t == reflect.TypeFor[Spec]() && name == "evaluators":
 				// Each item is a name (shorthand) or a name with options.
 				p["items"] = map[string]any{"oneOf": []any{

@@ -83,6 +83,9 @@ func TestSchemaRejects(t *testing.T) {
 		"bad parser":        {base + "environment: {checker: {parser: 'a b'}}\n", "parser"},
 		"input as a number": {"dataset: {records: [{id: a, input: 3}]}\ntarget: {connector: openai, model: m}\n", "input"},
 		"missing target":    {"dataset: {path: x}\n", "target"},
+		"negative cap":      {base + "caps: {command_output_kb: -1}\n", "command_output_kb"},
+		"cap too large":     {base + "caps: {model_response_mb: 5000}\n", "model_response_mb"},
+		"unknown cap":       {base + "caps: {tool_output_kb: 5}\n", "tool_output_kb"},
 	} {
 		err := sch.Validate(yamlInstance(t, []byte(tc.src)))
 		if err == nil {
@@ -121,5 +124,10 @@ func TestSchemaDescriptionsAndEnums(t *testing.T) {
 	}
 	if e := s.Defs["SandboxPolicy"].Properties["network"].Enum; strings.Join(e, ",") != "deny,allowlist,allow" {
 		t.Errorf("network enum = %v", e)
+	}
+	for _, name := range []string{"command_output_kb", "model_response_mb", "event_text_kb", "trial_memory_mb"} {
+		if d := s.Defs["Caps"].Properties[name].Description; !strings.Contains(d, "default") {
+			t.Errorf("caps.%s description = %q", name, d)
+		}
 	}
 }

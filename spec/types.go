@@ -26,6 +26,32 @@ type Spec struct {
 	// Retries is how often a trial that hit an infrastructure error is retried
 	// before it is reported as errored (default 2).
 	Retries *int `json:"retries,omitempty"`
+	// Caps bound how much of a trial's output the engine holds in memory:
+	// command output, model responses and the in-memory copy of events
+	// (the store keeps events whole).
+	Caps *Caps `json:"caps,omitempty"`
+}
+
+// Caps are the run's output caps; zero or absent means the default. Output
+// streams to the store; a cap bounds what one process holds at a time.
+type Caps struct {
+	// CommandOutputKB caps each of stdout and stderr of one sandbox command
+	// (bash tool, setup, checker, a CLI agent), in KiB; what comes after is
+	// dropped and the result says it was cut (default 1024, at most 1048576).
+	CommandOutputKB int `json:"command_output_kb,omitempty"`
+	// ModelResponseMB caps one model response body (streamed or not), in MiB;
+	// a bigger one fails the call as an infrastructure error, never a score
+	// (default 64, at most 4096).
+	ModelResponseMB int `json:"model_response_mb,omitempty"`
+	// EventTextKB caps each large text of an event (tool output, message
+	// content, log text, checker output) in the engine's in-memory copy that
+	// evaluators read, in KiB; the store keeps it whole (default 64, at most
+	// 65536).
+	EventTextKB int `json:"event_text_kb,omitempty"`
+	// TrialMemoryMB caps all large texts of one trial attempt kept in memory,
+	// in MiB; past it each further text is kept to 1 KiB, the store keeping
+	// it whole (default 16, at most 65536).
+	TrialMemoryMB int `json:"trial_memory_mb,omitempty"`
 }
 
 // IsAgentRun reports whether the spec describes an agent run: it has

@@ -193,6 +193,9 @@ func (v *validator) spec(s *Spec) {
 	if s.Retries != nil && *s.Retries < 0 {
 		v.add("retries", "", "retries must not be negative")
 	}
+	if s.Caps != nil {
+		v.caps(s.Caps)
+	}
 	v.dataset(&s.Dataset)
 	v.target(s)
 	if s.Judge != nil {
@@ -205,6 +208,15 @@ func (v *validator) spec(s *Spec) {
 		v.environment("environment", s.Environment)
 	}
 	v.evaluators(s)
+}
+
+func (v *validator) caps(c *Caps) {
+	for _, f := range capFields() {
+		if n := f.value(c); n < 0 || n > f.max {
+			v.add("caps."+f.name, fmt.Sprintf("use 1 to %d %s, or 0 for the default (%d %s)", f.max, f.unit, f.def, f.unit),
+				"caps.%s %d is out of range", f.name, n)
+		}
+	}
 }
 
 func (v *validator) dataset(d *Dataset) {

@@ -412,6 +412,42 @@ func TestLongOutputIsShortened(t *testing.T) {
 	}
 }
 
+// The bash tool's commands keep what the task's output limit allows
+// (caps.command_output_kb), and the result names that limit when it cut.
+func TestBashOutputLimit(t *testing.T) {
+	sb := newSandbox(t)
+	for _, tc := range []struct {
+		name  string
+		limit int
+		want  string
+	}{
+		{"task limit cuts", 64 << 10, fmt.Sprintf("[stdout was cut by the sandbox at %d bytes]", 64<<10)},
+		{"default limit keeps it all", 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			tk := task(sb, rec)
+			tk.OutputLimit = tc.limit
+			conn := &scripted{replies: []model.Response{
+				toolReply(u100, call("b", "bash", map[string]string{"command": "head -c 204800 /dev/zero | tr '\\0' x"})),
+				answer("done", u100),
+			}}
+			if _, err := New(conn, "m", spec.Builtin{}, nil, nil).Run(t.Context(), tk); err != nil {
+				t.Fatal(err)
+			}
+			out := rec.of(trajectory.KindToolResult)[0].ToolResult.Output
+			kept := 204800
+			if tc.limit > 0 {
+				kept = tc.limit
+			}
+			omitted := fmt.Sprintf("[... %d bytes omitted ...]", kept-streamHead-streamTail)
+			if !strings.Contains(out, omitted) || (tc.want != "") != strings.Contains(out, "was cut by the sandbox") || !strings.Contains(out, tc.want) {
+				t.Errorf("bash result does not say %q and %q:\n%s", omitted, tc.want, out)
+			}
+		})
+	}
+}
+
 func TestInfraErrors(t *testing.T) {
 	t.Run("broken sandbox", func(t *testing.T) {
 		sb := newSandbox(t)

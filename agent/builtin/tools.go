@@ -189,11 +189,13 @@ func (r *toolRun) resolve(p string) string {
 }
 
 func (r *toolRun) bash(ctx context.Context, res trajectory.ToolResult, command string) (trajectory.ToolResult, error) {
-	out, err := r.task.Sandbox.Exec(ctx, sandbox.ExecRequest{
-		Argv:    []string{"/bin/sh", "-c", shellWrapper, "sh", command},
-		Workdir: r.task.Workdir,
-		Timeout: r.task.CommandTimeout,
-	})
+	req := sandbox.ExecRequest{
+		Argv:        []string{"/bin/sh", "-c", shellWrapper, "sh", command},
+		Workdir:     r.task.Workdir,
+		Timeout:     r.task.CommandTimeout,
+		OutputLimit: r.task.OutputLimit,
+	}
+	out, err := r.task.Sandbox.Exec(ctx, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
@@ -223,7 +225,7 @@ func (r *toolRun) bash(ctx context.Context, res trajectory.ToolResult, command s
 			fmt.Fprintf(&b, "[the sandbox stopped or refused something: %s %s]\n", d.Kind, d.Detail)
 		}
 	}
-	limit := sandbox.DefaultOutputLimit
+	limit := sandbox.OutputLimit(req)
 	for _, s := range []struct {
 		name string
 		data []byte

@@ -81,7 +81,8 @@ func Formats() []string { return []string{FormatDSH, FormatClaude, FormatCodex} 
 
 // outputLimit caps the agent's standard output (and standard error) when a
 // format is parsed: a long session's event stream is much larger than an
-// answer. Without a format the sandbox's default cap applies.
+// answer. Without a format the run's caps.command_output_kb applies; a
+// larger one wins over this.
 const outputLimit = 16 << 20
 
 // Agent is a configured CLI agent; it is safe for concurrent trials.
@@ -271,7 +272,7 @@ type run struct {
 // turn runs the command once with instruction and records its output.
 func (r *run) turn(ctx context.Context, instruction string) (string, stopInfo, error) {
 	a := r.a
-	req := sandbox.ExecRequest{Env: a.env, Workdir: r.task.Workdir, Timeout: a.timeout}
+	req := sandbox.ExecRequest{Env: a.env, Workdir: r.task.Workdir, Timeout: a.timeout, OutputLimit: r.task.OutputLimit}
 	command := a.cfg.Command
 	if strings.Contains(command, "{instruction}") {
 		command = strings.ReplaceAll(command, "{instruction}", shellQuote(instruction))
@@ -280,7 +281,7 @@ func (r *run) turn(ctx context.Context, instruction string) (string, stopInfo, e
 	}
 	req.Argv = []string{"/bin/sh", "-c", command}
 	if a.cfg.OutputFormat != "" {
-		req.OutputLimit = outputLimit
+		req.OutputLimit = max(outputLimit, sandbox.OutputLimit(req))
 	}
 	start := time.Now()
 	res, err := r.task.Sandbox.Exec(ctx, req)

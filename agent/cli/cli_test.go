@@ -329,3 +329,31 @@ func TestCanceled(t *testing.T) {
 		t.Errorf("result %+v, err %v", o.res, o.err)
 	}
 }
+
+// The agent's output keeps what the run's caps.command_output_kb allows,
+// and never less than the 16 MiB a parsed format needs.
+func TestOutputLimit(t *testing.T) {
+	sb := bwraptest.New(t, "/work/task")
+	for _, tc := range []struct {
+		name         string
+		format       string
+		limit, print int
+		cutAt        int // 0: not cut
+	}{
+		{"the run's cap cuts plain output", "", 64 << 10, 100 << 10, 64 << 10},
+		{"a format keeps 16 MiB over a smaller cap", cli.FormatDSH, 64 << 10, 100 << 10, 0},
+		{"a format cuts at 16 MiB", cli.FormatDSH, 0, 17 << 20, 16 << 20},
+		{"a larger cap wins over 16 MiB", cli.FormatDSH, 20 << 20, 17 << 20, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newAgent(t, spec.CLIAgent{Command: "head -c " + strconv.Itoa(tc.print) + ` /dev/zero | tr '\0' '\n'`, OutputFormat: tc.format})
+			rec := &recorder{}
+			// The output is blank lines, no answer: only the cap matters here.
+			_, _ = a.Run(t.Context(), agent.Task{RecordID: "r1", Instruction: "go", Sandbox: sb, Workdir: "/work/task", Emit: rec, OutputLimit: tc.limit})
+			cut := strings.Contains(rec.text(), "agent output cut at the")
+			if want := "agent output cut at the " + strconv.Itoa(tc.cutAt) + "-byte output cap"; cut != (tc.cutAt > 0) || (cut && !strings.Contains(rec.text(), want)) {
+				t.Errorf("cut %v, want %q:\n%.2000s", cut, want, rec.text())
+			}
+		})
+	}
+}

@@ -310,8 +310,8 @@ exit 0
 // TestOutputPath is where the checker writes the eval script's output
 // (the harness's test_output.txt). The grader reads it back whole, up to
 // LogCap, rather than through the command's stdout, which the sandbox cuts
-// at sandbox.DefaultOutputLimit (1 MiB): long test logs grade on their
-// end marker and results as the harness grades them.
+// at the run's caps.command_output_kb (1 MiB by default): long test logs
+// grade on their end marker and results as the harness grades them.
 const TestOutputPath = "/tmp/evalsi-test-output.txt"
 
 // LogCap bounds the test output the grader reads (the harness has no
