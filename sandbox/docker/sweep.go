@@ -9,6 +9,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
 
 	"evals.si/sandbox"
 )
@@ -54,8 +55,11 @@ func (r *Rung) Sweep(ctx context.Context, dead func(owner string) bool) (int, er
 		if !dead(c.Labels[labelOwner]) {
 			continue
 		}
-		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !client.IsErrNotFound(err) {
-			errs = append(errs, fmt.Errorf("removing docker sandbox %s: %w", short(c.ID), err))
+		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
+			// Gone, or another engine's sweep is removing it right now.
+			if !client.IsErrNotFound(err) && !errdefs.IsConflict(err) {
+				errs = append(errs, fmt.Errorf("removing docker sandbox %s: %w", short(c.ID), err))
+			}
 			continue
 		}
 		n++
