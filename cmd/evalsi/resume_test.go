@@ -101,31 +101,37 @@ func resumeScript(n int) *spec.Script {
 	return s
 }
 
-// resumeSpec writes a plain model eval of n records × 3 trials whose
-// dataset is a JSONL file next to the spec (a relative path, which resume
-// must resolve against the spec's directory, not the working directory).
+// resumeSpec writes a plain model eval of n records × 3 trials.
 func resumeSpec(t *testing.T, addr string, n int) string {
 	t.Helper()
-	dir := t.TempDir()
-	var recs strings.Builder
+	recs := make([]string, n)
 	for i := range n {
-		fmt.Fprintf(&recs, `{"id": "r%02d", "input": "[q%02d] What is %d + %d?", "expected": "%d"}`+"\n", i, i, i, i, 2*i)
+		recs[i] = fmt.Sprintf(`{"id": "r%02d", "input": "[q%02d] What is %d + %d?", "expected": "%d"}`, i, i, i, i, 2*i)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "records.jsonl"), []byte(recs.String()), 0o644); err != nil {
+	return writeResumeSpec(t, addr, "resume-test", 3, recs, "evaluators: [exact-match, includes]\n")
+}
+
+// writeResumeSpec writes a spec of records × trials whose target is the
+// model server at addr, followed by rest, and its dataset as a JSONL file
+// next to it (a relative path, which resume must resolve against the
+// spec's directory, not the working directory).
+func writeResumeSpec(t *testing.T, addr, name string, trials int, records []string, rest string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "records.jsonl"), []byte(strings.Join(records, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	y := `name: resume-test
-trials: 3
+	y := fmt.Sprintf(`name: %s
+trials: %d
 concurrency: 4
 dataset:
   path: records.jsonl
 target:
   connector: openai
   model: gpt-4o-mini
-  base_url: http://` + addr + `/v1
+  base_url: http://%s/v1
   api_key_env: EVALSI_RESUME_TEST_KEY
-evaluators: [exact-match, includes]
-`
+`, name, trials, addr) + rest
 	p := filepath.Join(dir, "resume.yaml")
 	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
@@ -315,25 +321,11 @@ func agentResumeScript(n int) *spec.Script {
 // with a setup step (so each engine process builds a setup snapshot).
 func agentResumeSpec(t *testing.T, addr string, n int, rung string) string {
 	t.Helper()
-	dir := t.TempDir()
-	var recs strings.Builder
+	recs := make([]string, n)
 	for i := range n {
-		fmt.Fprintf(&recs, `{"id": "a%02d", "input": "[a%02d] Record the number."}`+"\n", i, i)
+		recs[i] = fmt.Sprintf(`{"id": "a%02d", "input": "[a%02d] Record the number."}`, i, i)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "records.jsonl"), []byte(recs.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	y := `name: resume-agent-test
-trials: 2
-concurrency: 4
-dataset:
-  path: records.jsonl
-target:
-  connector: openai
-  model: gpt-4o-mini
-  base_url: http://` + addr + `/v1
-  api_key_env: EVALSI_RESUME_TEST_KEY
-harness:
+	return writeResumeSpec(t, addr, "resume-agent-test", 2, recs, `harness:
   builtin:
     max_steps: 4
 environment:
@@ -341,17 +333,12 @@ environment:
   sandbox:
     workdir: /workspace
     network: deny
-    ladder: [` + rung + `]
+    ladder: [`+rung+`]
   checker:
     command: [sh, -c, 'test $(( $(cat n.txt) % 2 )) -eq 0']
     parser: exit-code
 evaluators: [task-success, agent-efficiency]
-`
-	p := filepath.Join(dir, "resume.yaml")
-	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+`)
 }
 
 // killAndResume runs specPath uninterrupted for reference, then runs it
