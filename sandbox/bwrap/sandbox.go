@@ -57,20 +57,23 @@ type Sandbox struct {
 	state    string
 	ownState bool
 	stub     string
-	tmp      string
-	workdir  string
-	noImage  bool
-	root     *overlay.Root
-	cgroups  *limits.Cgroups
-	rlimits  limits.Plan
-	nproc    bool // RLIMIT_NPROC applied inside (non-root engines only)
-	seccomp  []byte
-	proxy    string // host path of the proxy socket bound into the sandbox
-	bridge   net.Listener
-	uid, gid int
-	baseEnv  map[string]string
-	report   sandbox.Report
-	seq      atomic.Int64
+	// sharedStub: stub is the one beside the state dir, which other
+	// sandboxes use too; it is not removed with this one.
+	sharedStub bool
+	tmp        string
+	workdir    string
+	noImage    bool
+	root       *overlay.Root
+	cgroups    *limits.Cgroups
+	rlimits    limits.Plan
+	nproc      bool // RLIMIT_NPROC applied inside (non-root engines only)
+	seccomp    []byte
+	proxy      string // host path of the proxy socket bound into the sandbox
+	bridge     net.Listener
+	uid, gid   int
+	baseEnv    map[string]string
+	report     sandbox.Report
+	seq        atomic.Int64
 	// widened is set by SetPolicy: later commands share the host network.
 	widened atomic.Bool
 
@@ -133,9 +136,15 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 		}
 	}()
 
-	s.stub = filepath.Join(s.state, "stub")
-	if err := buildStub(s.stub, s.noImage); err != nil {
-		return nil, fmt.Errorf("creating a bwrap sandbox: preparing mount points: %w", err)
+	if cfg.StateDir != "" {
+		s.stub, err = sharedStub(filepath.Dir(s.state), s.noImage)
+		s.sharedStub = err == nil
+	}
+	if !s.sharedStub {
+		s.stub = filepath.Join(s.state, "stub")
+		if err := buildStub(s.stub, s.noImage); err != nil {
+			return nil, fmt.Errorf("creating a bwrap sandbox: preparing mount points: %w", err)
+		}
 	}
 	s.tmp = filepath.Join(s.state, "tmp")
 	if err := os.Mkdir(s.tmp, 0o777); err != nil {
@@ -274,6 +283,45 @@ func (s *Sandbox) makeReport(cgNote string) sandbox.Report {
 		rep.Notes = append(rep.Notes, "allowlist: no network namespace route out; HTTP(S)_PROXY=http://"+proxyListen+" forwards to the egress proxy's socket")
 	}
 	return rep
+}
+
+// stubVersion names what buildStub makes: change it with buildStub, so a
+// shared stub made by another build is never taken for this one's.
+const stubVersion = "1"
+
+// sharedStub returns the stub layer in dir that sandboxes whose state dirs
+// are in dir share, building it the first time. The stub is the same for
+// every sandbox of one kind (image or host directories) and, as a lower
+// layer, never written to; building one per sandbox created and deleted a
+// score of inodes a trial, which ext4's inode allocator makes costly under
+// churn. It is built under a temporary name and renamed into place, so a
+// stub found there is complete; of two sandboxes building it at once, one
+// rename wins and the other uses that stub.
+func sharedStub(dir string, noImage bool) (string, error) {
+	kind := "image"
+	if noImage {
+		kind = "host"
+	}
+	stub := filepath.Join(dir, ".bwrap-stub-v"+stubVersion+"-"+kind)
+	if st, err := os.Stat(filepath.Join(stub, ".evalsi", "empty")); err == nil && st.Mode().IsRegular() {
+		return stub, nil
+	}
+	tmp, err := os.MkdirTemp(dir, ".bwrap-stub-tmp-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	built := filepath.Join(tmp, "stub")
+	if err := buildStub(built, noImage); err != nil {
+		return "", err
+	}
+	if err := os.Rename(built, stub); err != nil {
+		if st, serr := os.Stat(filepath.Join(stub, ".evalsi", "empty")); serr == nil && st.Mode().IsRegular() {
+			return stub, nil // another sandbox's rename won
+		}
+		return "", err
+	}
+	return stub, nil
 }
 
 // buildStub makes the lowest layer: mount points bwrap needs even when the
@@ -614,7 +662,11 @@ func (s *Sandbox) cleanup() error {
 			errs = append(errs, err)
 		}
 	} else {
-		for _, p := range []string{s.stub, s.tmp, filepath.Join(s.state, "proxy.sock")} {
+		stub := s.stub
+		if s.sharedStub {
+			stub = ""
+		}
+		for _, p := range []string{stub, s.tmp, filepath.Join(s.state, "proxy.sock")} {
 			if p != "" {
 				if err := os.RemoveAll(p); err != nil {
 					errs = append(errs, err)
