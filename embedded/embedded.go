@@ -104,16 +104,11 @@ func Open(ctx context.Context, o Options) (*App, error) {
 		return nil, fmt.Errorf("opening image cache: %w", err)
 	}
 	rungs := Rungs()
-	envs, err := environment.NewManager(imgs, rungs, filepath.Join(stateDir, "sandboxes"), o.Logger)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
 	return &App{
 		store:    st,
 		images:   imgs,
 		rungs:    rungs,
-		envs:     envs,
+		envs:     environment.NewManager(imgs, rungs, filepath.Join(stateDir, "sandboxes"), o.Logger),
 		datasets: benchDatasets(),
 		logger:   o.Logger,
 		stateDir: stateDir,

@@ -51,10 +51,14 @@ type Manager struct {
 	stateDir string
 	logger   *slog.Logger
 
-	// own is this process's part of stateDir: every sandbox's state and
-	// setup snapshot lives below it (see claimStateDir).
-	own   *procDir
-	owner string // Config.Owner of every sandbox made
+	// own is this process's part of stateDir, claimed (and what stopped
+	// engines left swept) when the first sandbox is made: every sandbox's
+	// state and setup snapshot lives below it. owner labels sandboxes of
+	// rungs that outlive the engine.
+	claimOnce sync.Once
+	claimErr  error
+	own       *procDir
+	owner     string
 
 	mu       sync.Mutex
 	prepared map[string]*prepareCall
@@ -69,28 +73,43 @@ type prepareCall struct {
 }
 
 // NewManager returns a Manager that keeps sandbox state under stateDir, in
-// a directory of this process's own. It first removes what engines that
-// stopped without closing (killed, crashed) left in stateDir: their
-// sandbox roots, setup snapshots and the overlays still mounted for them.
-func NewManager(images ImageResolver, rungs []sandbox.Rung, stateDir string, logger *slog.Logger) (*Manager, error) {
-	own, err := claimStateDir(stateDir, logger)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range rungs {
-		if sw, ok := r.(sandbox.Sweeper); ok {
+// a directory of this process's own. Before its first sandbox it removes
+// what engines that stopped without closing (killed, crashed) left: their
+// sandbox roots, setup snapshots, the overlays still mounted for them, and
+// the sandboxes of rungs that outlive an engine (Docker).
+func NewManager(images ImageResolver, rungs []sandbox.Rung, stateDir string, logger *slog.Logger) *Manager {
+	return &Manager{images: images, rungs: rungs, stateDir: stateDir, logger: logger, prepared: map[string]*prepareCall{}}
+}
+
+// claim makes this process's directory, once; a manager that never makes a
+// sandbox (listing runs) touches neither the state dir nor Docker.
+func (m *Manager) claim() error {
+	m.claimOnce.Do(func() {
+		boot := bootID()
+		if m.own, m.claimErr = claimStateDir(m.stateDir, m.logger); m.claimErr != nil {
+			return
+		}
+		if boot != "" {
+			m.owner = boot + " " + m.own.dir
+		}
+		dead := ownerDeadOn(boot)
+		for _, r := range m.rungs {
+			sw, ok := r.(sandbox.Sweeper)
+			if !ok {
+				continue
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
-			n, err := sw.Sweep(ctx, ownerDead)
+			n, err := sw.Sweep(ctx, dead)
 			cancel()
 			if err != nil {
-				logger.Warn("removing sandboxes stopped engines left", "rung", r.Name(), "err", err)
+				m.logger.Warn("removing sandboxes stopped engines left", "rung", r.Name(), "err", err)
 			}
 			if n > 0 {
-				logger.Info("removed sandboxes stopped engines left", "rung", r.Name(), "count", n)
+				m.logger.Info("removed sandboxes stopped engines left", "rung", r.Name(), "count", n)
 			}
 		}
-	}
-	return &Manager{images: images, rungs: rungs, stateDir: stateDir, own: own, owner: own.owner(), logger: logger, prepared: map[string]*prepareCall{}}, nil
+	})
+	return m.claimErr
 }
 
 // sweepTimeout bounds asking a rung (a Docker daemon) for what dead
@@ -106,6 +125,8 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.closed = true
+	// Waits for a claim in progress, and keeps any from starting.
+	m.claimOnce.Do(func() { m.claimErr = errors.New("the environment manager is closed") })
 	var errs []error
 	for id, c := range m.prepared {
 		select {
@@ -120,8 +141,10 @@ func (m *Manager) Close() error {
 		}
 		delete(m.prepared, id)
 	}
-	if err := m.own.release(); err != nil {
-		errs = append(errs, err)
+	if m.own != nil {
+		if err := m.own.release(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -331,6 +354,9 @@ func (m *Manager) create(ctx context.Context, rung sandbox.Rung, cfg sandbox.Con
 	m.seq++
 	n := m.seq
 	m.mu.Unlock()
+	if err := m.claim(); err != nil {
+		return nil, fmt.Errorf("creating a sandbox: %w", err)
+	}
 	cfg.Policy = pol
 	// Not created here: a rung that creates its state dir removes it when
 	// the sandbox closes, so a long run does not collect one per trial.

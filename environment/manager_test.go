@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -27,11 +28,7 @@ func newManager(t *testing.T) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := NewManager(imgs, []sandbox.Rung{rung}, t.TempDir(), slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return NewManager(imgs, []sandbox.Rung{rung}, t.TempDir(), slog.Default())
 }
 
 func run(t *testing.T, sb sandbox.Sandbox, cmd string) string {
@@ -125,5 +122,36 @@ func TestNoRungIsRefused(t *testing.T) {
 	_, err := m.Prepare(context.Background(), &spec.Environment{Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}, MinIsolation: "vm"}}, SetupOptions{})
 	if !errors.Is(err, sandbox.ErrNoRung) {
 		t.Fatalf("err = %v, want ErrNoRung: a task asking for vm isolation is refused, never downgraded", err)
+	}
+}
+
+// A manager that makes no sandbox (evalsi runs list) neither creates its
+// state dir nor sweeps it; one that does claims it at its first sandbox.
+func TestStateDirClaimedAtFirstSandbox(t *testing.T) {
+	imgs, err := image.Open(t.TempDir(), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "sandboxes")
+	m := NewManager(imgs, []sandbox.Rung{bwraptest.Rung(t)}, state, slog.Default())
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("a manager that made no sandbox touched its state dir: %v", err)
+	}
+	m = NewManager(imgs, []sandbox.Rung{bwraptest.Rung(t)}, state, slog.Default())
+	defer m.Close()
+	p, err := m.Prepare(context.Background(), &spec.Environment{Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}}}, SetupOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.NewSandbox(context.Background(), p.Policy(), SetupOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	if procs, _ := filepath.Glob(filepath.Join(state, procDirPrefix+"*")); len(procs) != 1 {
+		t.Errorf("process directories after the first sandbox: %v, want one", procs)
 	}
 }

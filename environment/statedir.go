@@ -39,36 +39,37 @@ type procDir struct {
 	lock *os.File
 }
 
-// owner is what sandboxes of rungs that outlive the engine (Docker) are
-// labelled with: this boot of this machine, and the process's directory.
-// Empty when the boot id cannot be read: such sandboxes are never swept.
-func (p *procDir) owner() string {
-	boot := bootID()
-	if boot == "" {
-		return ""
+// ownerDeadOn returns the Sweeper's test of an owner label (boot id, space,
+// process directory; see Manager.claim): dead when the engine ran on boot,
+// this boot of this machine (a Docker daemon may be shared with other
+// machines, whose engines this one cannot see), and has stopped.
+func ownerDeadOn(boot string) func(owner string) bool {
+	return func(owner string) bool {
+		b, dir, ok := strings.Cut(owner, " ")
+		if !ok || boot == "" || b != boot || !filepath.IsAbs(dir) {
+			return false
+		}
+		gone, err := claimGone(dir)
+		return gone && err == nil
 	}
-	return boot + " " + p.dir
 }
 
-// ownerDead reports whether the engine an owner label names is gone: it ran
-// on this boot of this machine (a Docker daemon may be shared with other
-// machines, whose engines this one cannot see) and nobody holds its lock,
-// or its directory is gone (a live engine has both from before it makes
-// any sandbox).
-func ownerDead(owner string) bool {
-	boot, dir, ok := strings.Cut(owner, " ")
-	if !ok || boot == "" || boot != bootID() || !filepath.IsAbs(dir) {
-		return false
-	}
+// claimGone reports whether the engine that claimed dir has stopped: nobody
+// holds its lock, or the lock is gone (a live engine holds it from before
+// it makes any sandbox; with the state directory locked no claim is half
+// way, so a directory without one lost its owner in between).
+func claimGone(dir string) (bool, error) {
 	f, err := lockFile(filepath.Join(dir, ownerLock), false, false)
 	switch {
 	case err == nil:
 		f.Close()
-		return true
+		return true, nil
 	case errors.Is(err, fs.ErrNotExist):
-		return true
+		return true, nil
+	case errors.Is(err, unix.EWOULDBLOCK):
+		return false, nil
 	default:
-		return false
+		return false, err
 	}
 }
 
@@ -134,16 +135,8 @@ func sweep(stateDir string, logger *slog.Logger) {
 		var dead bool
 		switch {
 		case strings.HasPrefix(name, procDirPrefix) && e.IsDir():
-			f, err := lockFile(filepath.Join(p, ownerLock), false, false)
-			switch {
-			case err == nil:
-				f.Close() // nobody holds it: its owner is gone
-				dead = true
-			case errors.Is(err, fs.ErrNotExist):
-				// Made but never locked: with the state directory locked no
-				// claim is half-way, so its owner died in between.
-				dead = true
-			case !errors.Is(err, unix.EWOULDBLOCK):
+			var err error
+			if dead, err = claimGone(p); err != nil {
 				logger.Warn("checking sandbox state of another engine", "dir", p, "err", err)
 			}
 		case strings.HasPrefix(name, "sb-"):

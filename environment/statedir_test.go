@@ -135,16 +135,15 @@ func deadPid(t *testing.T) int {
 // claim; labels of another boot (another machine sharing a Docker daemon)
 // or malformed ones are never taken for dead.
 func TestOwnerDead(t *testing.T) {
-	if bootID() == "" {
-		t.Skip("no boot id on this system: sandboxes get no owner label, and none is swept")
-	}
+	const boot = "test-boot-id"
+	dead := ownerDeadOn(boot)
 	p, err := claimStateDir(t.TempDir(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner := p.owner()
-	if ownerDead(owner) {
-		t.Fatalf("ownerDead(%q) while its engine holds the claim", owner)
+	owner := boot + " " + p.dir
+	if dead(owner) {
+		t.Fatalf("dead(%q) while its engine holds the claim", owner)
 	}
 	if err := p.release(); err != nil {
 		t.Fatal(err)
@@ -154,13 +153,16 @@ func TestOwnerDead(t *testing.T) {
 		dead  bool
 	}{
 		{owner, true},
-		{"00000000-0000-0000-0000-000000000000 " + p.dir, false},
-		{bootID() + " relative/dir", false},
-		{bootID(), false},
+		{"another-boot " + p.dir, false},
+		{boot + " relative/dir", false},
+		{boot, false},
 		{"", false},
 	} {
-		if got := ownerDead(tc.owner); got != tc.dead {
-			t.Errorf("ownerDead(%q) = %v, want %v", tc.owner, got, tc.dead)
+		if got := dead(tc.owner); got != tc.dead {
+			t.Errorf("dead(%q) = %v, want %v", tc.owner, got, tc.dead)
 		}
+	}
+	if ownerDeadOn("")(owner) {
+		t.Error("with no boot id of its own, an engine took a label for dead")
 	}
 }
