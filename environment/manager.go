@@ -112,6 +112,30 @@ func (m *Manager) claim() error {
 	return m.claimErr
 }
 
+// layerRemover is implemented by rungs whose snapshots are not plain
+// directories (Docker's are images).
+type layerRemover interface {
+	RemoveLayer(ctx context.Context, l sandbox.Layer) error
+}
+
+// removeLayer deletes a setup snapshot: through the rung that made it when
+// it knows how, else its directory.
+func removeLayer(r sandbox.Rung, l sandbox.Layer) error {
+	if lr, ok := r.(layerRemover); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
+		defer cancel()
+		if err := lr.RemoveLayer(ctx, l); err != nil {
+			return fmt.Errorf("removing setup snapshot: %w", err)
+		}
+	}
+	if l.Dir != "" {
+		if err := os.RemoveAll(l.Dir); err != nil {
+			return fmt.Errorf("removing setup snapshot %s: %w", l.Dir, err)
+		}
+	}
+	return nil
+}
+
 // sweepTimeout bounds asking a rung (a Docker daemon) for what dead
 // engines left; past it the leftovers wait for the next engine.
 const sweepTimeout = 10 * time.Second
@@ -134,9 +158,9 @@ func (m *Manager) Close() error {
 		default:
 			continue // still preparing: its owner is gone with the process
 		}
-		if c.env != nil && c.env.Layer != nil && c.env.Layer.Dir != "" {
-			if err := os.RemoveAll(c.env.Layer.Dir); err != nil {
-				errs = append(errs, fmt.Errorf("removing setup snapshot %s: %w", c.env.Layer.Dir, err))
+		if c.env != nil && c.env.Layer != nil {
+			if err := removeLayer(c.env.Rung, *c.env.Layer); err != nil {
+				errs = append(errs, err)
 			}
 		}
 		delete(m.prepared, id)

@@ -234,14 +234,15 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 	t.Run("model-eval", func(t *testing.T) {
 		const records = 40
 		addr := slowModel(t, resumeScript(records))
-		killAndResume(t, bin, resumeSpec(t, addr, records), records*3)
+		_, _ = killAndResume(t, bin, resumeSpec(t, addr, records), records*3)
 	})
 	t.Run("agent-bwrap", func(t *testing.T) {
 		requireBwrap(t)
 		const records = 30
 		addr := slowModel(t, agentResumeScript(records))
-		db := killAndResume(t, bin, agentResumeSpec(t, addr, records, "bwrap"), records*2)
+		db, refDB := killAndResume(t, bin, agentResumeSpec(t, addr, records, "bwrap"), records*2)
 		requireNoLeftovers(t, db)
+		requireNoLeftovers(t, refDB)
 	})
 	t.Run("agent-docker", func(t *testing.T) {
 		rung := docker.New()
@@ -250,31 +251,35 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 		}
 		const records = 12
 		addr := slowModel(t, agentResumeScript(records))
-		db := killAndResume(t, bin, agentResumeSpec(t, addr, records, "docker"), records*2)
+		db, refDB := killAndResume(t, bin, agentResumeSpec(t, addr, records, "docker"), records*2)
 		requireNoLeftovers(t, db)
 		// Containers and snapshot images are labelled with their engine's
-		// state directory; none of the killed engines' may be left.
+		// state directory; neither the killed engines' nor those of the
+		// uninterrupted run may be left.
 		cli, err := rung.Client()
 		if err != nil {
 			t.Fatal(err)
 		}
-		state := filepath.Join(filepath.Dir(db), "state")
-		cs, err := cli.ContainerList(context.Background(), container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "si.evals.owner"))})
+		owned := filters.NewArgs(filters.Arg("label", "si.evals.owner"))
+		cs, err := cli.ContainerList(context.Background(), container.ListOptions{All: true, Filters: owned})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, c := range cs {
-			if strings.Contains(c.Labels["si.evals.owner"], state) {
-				t.Errorf("container %.12s of a killed engine left: %s", c.ID, c.State)
+		imgs, err := cli.ImageList(context.Background(), image.ListOptions{All: true, Filters: owned})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, store := range []string{db, refDB} {
+			state := filepath.Join(filepath.Dir(store), "state")
+			for _, c := range cs {
+				if strings.Contains(c.Labels["si.evals.owner"], state) {
+					t.Errorf("container %.12s of %s left: %s", c.ID, filepath.Base(store), c.State)
+				}
 			}
-		}
-		imgs, err := cli.ImageList(context.Background(), image.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "si.evals.owner"))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, im := range imgs {
-			if strings.Contains(im.Labels["si.evals.owner"], state) {
-				t.Errorf("snapshot image %.19s of a killed engine left", im.ID)
+			for _, im := range imgs {
+				if strings.Contains(im.Labels["si.evals.owner"], state) {
+					t.Errorf("snapshot image %.19s of %s left", im.ID, filepath.Base(store))
+				}
 			}
 		}
 	})
@@ -344,8 +349,8 @@ evaluators: [task-success, agent-efficiency]
 // killAndResume runs specPath uninterrupted for reference, then runs it
 // again killing evalsi with SIGKILL three times at random points (resuming
 // after each kill, alternating the two resume commands), resumes it to the
-// end and compares. It returns the killed run's store.
-func killAndResume(t *testing.T, bin, specPath string, total int) string {
+// end and compares. It returns the killed run's store and the reference's.
+func killAndResume(t *testing.T, bin, specPath string, total int) (killed, ref string) {
 	t.Helper()
 	env := append(os.Environ(), "EVALSI_RESUME_TEST_KEY=test-key-not-secret")
 	// Run from another directory: the dataset path is relative to the spec.
@@ -492,7 +497,7 @@ func killAndResume(t *testing.T, bin, specPath string, total int) string {
 	if !errors.As(err, &ee) || ee.ExitCode() != exitUsage || !strings.Contains(string(out), "already completed") {
 		t.Errorf("resuming a completed run: %v\n%s", err, out)
 	}
-	return db
+	return db, refDB
 }
 
 func mapsEqual(a, b map[string]float64) bool {
