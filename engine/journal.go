@@ -181,36 +181,29 @@ func newMemoryBudget(c *spec.Caps) *memoryBudget {
 // forMemory returns the copy of ev kept for evaluators and counts what it
 // keeps. An event whose texts are kept whole is returned as it is.
 func (b *memoryBudget) forMemory(ev trajectory.Event) trajectory.Event {
-	if m := ev.Message; m != nil {
-		if s, cut := b.keep(m.Content); cut {
-			c := *m
-			c.Content = s
-			ev.Message = &c
-		}
+	ev.Message = keepIn(b, ev.Message, func(m *trajectory.Message) *string { return &m.Content })
+	if r := keepIn(b, ev.ToolResult, func(r *trajectory.ToolResult) *string { return &r.Output }); r != ev.ToolResult {
+		r.Truncated = true
+		ev.ToolResult = r
 	}
-	if r := ev.ToolResult; r != nil {
-		if s, cut := b.keep(r.Output); cut {
-			c := *r
-			c.Output = s
-			c.Truncated = true
-			ev.ToolResult = &c
-		}
-	}
-	if l := ev.Log; l != nil {
-		if s, cut := b.keep(l.Text); cut {
-			c := *l
-			c.Text = s
-			ev.Log = &c
-		}
-	}
-	if ch := ev.Checker; ch != nil {
-		if s, cut := b.keep(ch.Output); cut {
-			c := *ch
-			c.Output = s
-			ev.Checker = &c
-		}
-	}
+	ev.Log = keepIn(b, ev.Log, func(l *trajectory.Log) *string { return &l.Text })
+	ev.Checker = keepIn(b, ev.Checker, func(c *trajectory.Checker) *string { return &c.Output })
 	return ev
+}
+
+// keepIn returns p, or a copy of it whose text is cut, when the budget cuts
+// that text; p itself (which the store gets) is never changed.
+func keepIn[T any](b *memoryBudget, p *T, text func(*T) *string) *T {
+	if p == nil {
+		return nil
+	}
+	s, cut := b.keep(*text(p))
+	if !cut {
+		return p
+	}
+	c := *p
+	*text(&c) = s
+	return &c
 }
 
 // keep returns what the copy keeps of s, and whether that is less than s.

@@ -26,43 +26,31 @@ func capFields() []capField {
 	}
 }
 
-// orDefault is n, or def when n is unset. The receivers below may be nil
-// (a spec without caps), which means every default.
-func orDefault(n, def int) int {
-	if n > 0 {
-		return n
+// get is the field of c that f reads, or def when c is nil (a spec without
+// caps) or the field is unset.
+func (c *Caps) get(f func(*Caps) int, def int) int {
+	if c == nil || f(c) <= 0 {
+		return def
 	}
-	return def
+	return f(c)
 }
 
 // CommandOutputBytes is caps.command_output_kb in bytes.
 func (c *Caps) CommandOutputBytes() int {
-	if c == nil {
-		return DefaultCommandOutputKB << 10
-	}
-	return orDefault(c.CommandOutputKB, DefaultCommandOutputKB) << 10
+	return c.get(func(c *Caps) int { return c.CommandOutputKB }, DefaultCommandOutputKB) << 10
 }
 
 // ModelResponseBytes is caps.model_response_mb in bytes.
 func (c *Caps) ModelResponseBytes() int64 {
-	if c == nil {
-		return DefaultModelResponseMB << 20
-	}
-	return int64(orDefault(c.ModelResponseMB, DefaultModelResponseMB)) << 20
+	return int64(c.get(func(c *Caps) int { return c.ModelResponseMB }, DefaultModelResponseMB)) << 20
 }
 
 // EventTextBytes is caps.event_text_kb in bytes.
 func (c *Caps) EventTextBytes() int {
-	if c == nil {
-		return DefaultEventTextKB << 10
-	}
-	return orDefault(c.EventTextKB, DefaultEventTextKB) << 10
+	return c.get(func(c *Caps) int { return c.EventTextKB }, DefaultEventTextKB) << 10
 }
 
 // TrialMemoryBytes is caps.trial_memory_mb in bytes.
 func (c *Caps) TrialMemoryBytes() int64 {
-	if c == nil {
-		return DefaultTrialMemoryMB << 20
-	}
-	return int64(orDefault(c.TrialMemoryMB, DefaultTrialMemoryMB)) << 20
+	return int64(c.get(func(c *Caps) int { return c.TrialMemoryMB }, DefaultTrialMemoryMB)) << 20
 }
