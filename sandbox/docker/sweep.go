@@ -77,21 +77,22 @@ func (r *Rung) Sweep(ctx context.Context, dead func(owner string) bool) (int, er
 	// A read-only-root snapshot is an image made from another snapshot:
 	// the parent cannot go before its child, and the list is in no order,
 	// so what failed is tried once more after the rest.
-	for pass := 0; pass < 2 && len(left) > 0; pass++ {
+	for attempt := range 2 {
 		var failed []string
-		var perr []error
 		for _, id := range left {
-			if _, err := cli.ImageRemove(ctx, id, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !client.IsErrNotFound(err) {
+			_, err := cli.ImageRemove(ctx, id, image.RemoveOptions{Force: true, PruneChildren: true})
+			switch {
+			case err == nil:
+				n++
+			case client.IsErrNotFound(err):
+				// Gone already, as the untagged parent of one removed.
+			case attempt == 0:
 				failed = append(failed, id)
-				perr = append(perr, fmt.Errorf("removing docker snapshot image %s: %w", short(id), err))
-				continue
+			default:
+				errs = append(errs, fmt.Errorf("removing docker snapshot image %s: %w", short(id), err))
 			}
-			n++
 		}
 		left = failed
-		if pass == 1 {
-			errs = append(errs, perr...)
-		}
 	}
 	return n, errors.Join(errs...)
 }
