@@ -80,7 +80,8 @@ type ExecResult struct {
 
 // Denial is something the sandbox refused or stopped.
 type Denial struct {
-	// Kind: oom, timeout, pids, fsize, network, filesystem.
+	// Kind: oom, memory, timeout, pids, fsize, disk, network, filesystem,
+	// syscall.
 	Kind   string `json:"kind"`
 	Detail string `json:"detail,omitempty"`
 }
@@ -109,6 +110,9 @@ type Limits struct {
 	CPUs       float64 `json:"cpus,omitempty"`
 	// Cgroup is auto | off | a delegated cgroup v2 directory.
 	Cgroup string `json:"cgroup,omitempty"`
+	// DiskMB caps the bytes the sandbox's writable layer may hold in all
+	// (environment.sandbox.disk_mb); FileSizeMB caps each file.
+	DiskMB int `json:"disk_mb,omitempty"`
 }
 
 // Config creates a sandbox.
@@ -152,7 +156,15 @@ type Report struct {
 	Network   string   `json:"network"`
 	ProxyAddr string   `json:"proxy_addr,omitempty"`
 	Limits    []string `json:"limits,omitempty"`
-	Notes     []string `json:"notes,omitempty"`
+	// UIDMap says what ids inside map to outside, as
+	// "inside-range -> outside-range" lines in uid_map's order (for
+	// example "0-65535 -> 100000-165535"), or how the rung keeps root
+	// inside from being root outside when it has no user namespace.
+	UIDMap []string `json:"uid_map,omitempty"`
+	// Capabilities are the capabilities commands hold inside (CAP_ names,
+	// sorted); empty means none.
+	Capabilities []string `json:"capabilities,omitempty"`
+	Notes        []string `json:"notes,omitempty"`
 }
 
 // Rung is one way to make sandboxes.
