@@ -24,9 +24,11 @@ var allowed = map[string]string{
 	"sandbox/landlock":            "the Landlock rung re-executes its launcher and execs the command after restricting itself",
 	"sandbox/host":                "the host rung runs commands on the host, only when a spec explicitly allows it",
 	"sandbox/smolvm":              "the smolvm rung starts microVMs through the smolvm CLI",
+	"sandbox/userns":              "starts a rung's process (bwrap, the landlock launcher) as root of a new user namespace, through newuidmap/newgidmap when the engine is not root",
 	"sandbox/docker":              "the docker rung (uses the Engine API today; listed in case it shells out to docker)",
 	"sandbox/sandboxtest":         "test support only (imported by rung tests): starts the host processes the escape suite attacks",
 	"internal/testenv/benchimage": "test support only: runs scripts/build-local-image.sh to build the offline benchmark image",
+	"internal/testenv/nethost":    "test support only: runs ip(8) to make a test host in a network namespace of the test's own",
 	"harness/external":            "starts the harness.external command or Python shim the spec names; it only serves the protocol, model output still runs in the sandbox via Worker.Exec",
 
 	// The bwrap rung's half inside a sandbox.

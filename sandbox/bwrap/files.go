@@ -4,135 +4,107 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"evals.si/sandbox"
+	"evals.si/sandbox/bwrap/internal/execserver"
 )
 
-// resolve maps a sandbox path to a host directory acting as its root and
-// the path below it. Files are then opened with openat2(RESOLVE_IN_ROOT), so
-// a symlink the sandbox planted resolves inside the sandbox's tree, never to
-// the host's files.
-func (s *Sandbox) resolve(p string) (root, rel string, readOnly bool, err error) {
-	abs := sandbox.InSandboxPath(s.workdir, p)
-	if abs == "/tmp" || strings.HasPrefix(abs, "/tmp/") {
-		return s.tmp, strings.TrimPrefix(abs, "/tmp"), false, nil
-	}
-	if s.noImage {
-		for _, h := range hiddenHostFiles {
-			if abs == h {
-				return "", "", true, fmt.Errorf("%s is hidden from sandboxes", abs)
-			}
-		}
-		for _, h := range hiddenHostDirs {
-			if abs == h || strings.HasPrefix(abs, h+"/") {
-				return "", "", true, fmt.Errorf("%s is hidden from sandboxes", abs)
-			}
-		}
-		for _, d := range hostSystemDirs {
-			if abs == "/"+d || strings.HasPrefix(abs, "/"+d+"/") {
-				return "/", abs, true, nil
-			}
-		}
-	}
-	return s.root.Merged, abs, false, nil
-}
+// MaxReadFile caps what ReadFile returns: the engine reads tool files and
+// checker output, never more than this; a larger file is refused with an
+// error naming the path and the cap (as Inspect caps read_file).
+const MaxReadFile = 64 << 20
 
-func openIn(root, rel string, flags int, mode uint32) (*os.File, error) {
-	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(rfd)
-	return openAt(rfd, rel, flags, mode)
-}
+// ReadFile and WriteFile are served by the exec server inside the sandbox
+// (execserver/files.go): paths resolve in the sandbox's own view (with no
+// image, /etc/mtab is the sandbox's mount table, not the engine's), only
+// regular files are touched, so a FIFO at the path cannot block, and what a
+// write creates belongs to the sandbox's root or user. They return when
+// ctx ends, whatever the server does.
 
-func openAt(rfd int, rel string, flags int, mode uint32) (*os.File, error) {
-	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
-	name := strings.TrimPrefix(rel, "/")
-	if name == "" {
-		name = "." // the root itself: openat2 refuses an empty path
-	}
-	fd, err := unix.Openat2(rfd, name, &how)
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), rel), nil
-}
-
-// ReadFile reads a file as the sandbox sees it.
+// ReadFile reads a regular file as the sandbox sees it.
 func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
-	if err := s.life.Usable(); err != nil {
-		return nil, err
-	}
-	root, rel, _, err := s.resolve(p)
+	res, err := s.fileOp(ctx, execserver.FileMsg{Path: sandbox.InSandboxPath(s.workdir, p), Max: MaxReadFile})
 	if err != nil {
 		return nil, &fs.PathError{Op: "read", Path: p, Err: err}
 	}
-	if rel == "" {
-		rel = "."
-	}
-	f, err := openIn(root, rel, unix.O_RDONLY, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "read", Path: p, Err: err}
-	}
-	defer f.Close()
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return nil, &fs.PathError{Op: "read", Path: p, Err: err}
-	}
-	return b, nil
+	return res.Data, nil
 }
 
-// WriteFile writes a file into the sandbox, creating parent directories.
+// WriteFile writes a regular file into the sandbox, creating parent
+// directories; what it creates is owned by Config.User (root by default).
 func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
-	if err := s.life.Usable(); err != nil {
-		return err
-	}
-	root, rel, ro, err := s.resolve(p)
-	if err != nil {
-		return &fs.PathError{Op: "write", Path: p, Err: err}
-	}
-	if ro {
-		return &fs.PathError{Op: "write", Path: p, Err: errors.New("the host's system directories are read-only in sandboxes without an image")}
-	}
-	if rel == "" || strings.HasSuffix(rel, "/") {
+	abs := sandbox.InSandboxPath(s.workdir, p)
+	if strings.HasSuffix(p, "/") || abs == "/" {
 		return &fs.PathError{Op: "write", Path: p, Err: errors.New("not a file path")}
 	}
-	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
+	m := execserver.FileMsg{Write: true, Path: abs, Data: data, Mode: uint32(mode.Perm())}
+	if s.inNS && (s.uid != 0 || s.gid != 0) {
+		m.Chown, m.UID, m.GID = true, s.uid, s.gid
+	}
+	if _, err := s.fileOp(ctx, m); err != nil {
+		if errors.Is(err, syscall.EROFS) && s.cfg.ReadOnlyRoot {
+			err = fmt.Errorf("%w (read_only_root: only %s and /tmp are writable)", err, s.workdir)
+		}
 		return &fs.PathError{Op: "write", Path: p, Err: err}
 	}
-	defer unix.Close(rfd)
-	if err := mkdirAllAt(rfd, path.Dir(rel)); err != nil {
-		return &fs.PathError{Op: "write", Path: p, Err: fmt.Errorf("creating parent directories: %w", err)}
-	}
-	f, err := openAt(rfd, rel, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, uint32(mode.Perm()))
-	if err != nil {
-		return &fs.PathError{Op: "write", Path: p, Err: err}
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return &fs.PathError{Op: "write", Path: p, Err: err}
-	}
-	// The mode given wins over the umask and over an existing file's mode.
-	if err := f.Chmod(mode.Perm()); err != nil {
-		f.Close()
-		return &fs.PathError{Op: "write", Path: p, Err: err}
-	}
-	return f.Close()
+	return nil
 }
 
-// mkdirAllAt creates dir (absolute inside the root) one component at a
-// time, each looked up with RESOLVE_IN_ROOT and created relative to its
-// parent's descriptor.
-func mkdirAllAt(rfd int, dir string) error {
+// fileOp runs one file operation through the exec server.
+func (s *Sandbox) fileOp(ctx context.Context, m execserver.FileMsg) (execserver.FileResult, error) {
+	if err := s.life.Begin(); err != nil {
+		return execserver.FileResult{}, err
+	}
+	defer s.life.End()
+	srv, err := s.server(ctx)
+	if err != nil {
+		return execserver.FileResult{}, err
+	}
+	defer s.release(srv)
+	c, err := srv.startFile(m)
+	if err != nil {
+		return execserver.FileResult{}, err
+	}
+	defer srv.forget(c)
+	select {
+	case res := <-c.file:
+		switch {
+		case res.Err == "":
+			return res, nil
+		case res.Errno != 0:
+			// The errno itself, so callers can tell fs.ErrNotExist.
+			if msg := syscall.Errno(res.Errno).Error(); res.Err != msg {
+				return res, fmt.Errorf("%s: %w", strings.TrimSuffix(res.Err, ": "+msg), syscall.Errno(res.Errno))
+			}
+			return res, syscall.Errno(res.Errno)
+		}
+		return res, errors.New(res.Err)
+	case <-srv.dead:
+		return execserver.FileResult{}, srv.deadErr
+	case <-ctx.Done():
+		return execserver.FileResult{}, ctx.Err()
+	case <-s.life.Done():
+		return execserver.FileResult{}, errors.New("bwrap sandbox closed during the file operation")
+	}
+}
+
+// mkdirOwned creates dir (absolute inside the sandbox) below root from the
+// host, each component looked up with RESOLVE_IN_ROOT (a symlink in the
+// image resolves inside it, never to a host path) and given to root inside;
+// the last, when created, to Config.User, who works there.
+func (s *Sandbox) mkdirOwned(root, dir string) error {
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(rfd)
 	cur := "/"
 	for _, name := range strings.Split(strings.Trim(dir, "/"), "/") {
 		if name == "" {
@@ -153,6 +125,13 @@ func mkdirAllAt(rfd int, dir string) error {
 			return err
 		}
 		err = unix.Mkdirat(int(parent.Fd()), name, 0o755)
+		if err == nil && os.Geteuid() == 0 {
+			uid, gid := s.hostUID, s.hostGID
+			if next == path.Clean("/"+dir) && s.inNS {
+				uid, gid = s.hostID(s.uid, false), s.hostID(s.gid, true)
+			}
+			err = unix.Fchownat(int(parent.Fd()), name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
+		}
 		parent.Close()
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return err
@@ -160,4 +139,17 @@ func mkdirAllAt(rfd int, dir string) error {
 		cur = next
 	}
 	return nil
+}
+
+func openAt(rfd int, rel string, flags int, mode uint32) (*os.File, error) {
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	name := strings.TrimPrefix(rel, "/")
+	if name == "" {
+		name = "." // the root itself: openat2 refuses an empty path
+	}
+	fd, err := unix.Openat2(rfd, name, &how)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), rel), nil
 }

@@ -1,21 +1,27 @@
 // Package bwrap is the bubblewrap rung: a sandbox is one bwrap invocation
-// with new user, mount, PID, network, IPC, UTS and cgroup namespaces, no
-// capabilities, a seccomp filter, its own /proc, /dev and /tmp, over a root
-// assembled by sandbox/overlay. Its PID 1 is an exec server (the engine
-// binary re-executed, bound in as /.evalsi/evalsi), started at the first
-// command, which forks each command inside those namespaces: building them
-// is most of what a bwrap invocation costs, so a command costs about a fork
-// and exec instead. Each command gets its own session and, with cgroups,
-// its own cgroup, and whatever it leaves running is killed when it ends.
-// Widening the network (SetPolicy) starts a new server with the host's
-// network for the commands that follow.
+// with new mount, PID, network, IPC, UTS and cgroup namespaces inside a user
+// namespace whose ids 0–65535 map to a subordinate range of the host
+// (sandbox/userns; bwrap runs as root of it), so root inside holds a
+// container's capabilities there and is an unprivileged id outside. It adds
+// a seccomp filter, its own /proc (with Docker's masked and read-only
+// paths), /dev and /tmp, over a root assembled by sandbox/overlay (image
+// and stub layers idmapped to the sandbox's ids). A non-root engine without
+// newuidmap gets bwrap's own single-id namespace and no capabilities.
+// Its PID 1 is an exec server (the engine binary re-executed, bound in as
+// /.evalsi/evalsi), started at the first command, which forks each command
+// inside those namespaces: building them is most of what a bwrap invocation
+// costs, so a command costs about a fork and exec instead. It also serves
+// ReadFile and WriteFile, in the sandbox's own view. Each command gets its
+// own session and, with cgroups, its own cgroup, and whatever it leaves
+// running is killed when it ends. Network allow and allowlist go out only
+// through the egress proxy, forwarded to 127.0.0.1:3128 inside; widening
+// the network (SetPolicy) starts a new server with the proxy forwarded.
 //
 // Limits: a per-command cgroup (v2 when delegated, v1 pids/memory/cpu when
 // the engine is root on a hybrid host), which the command's first process
 // is forked into, plus rlimits (address space when no memory cgroup
-// applies, file size, core). RLIMIT_NPROC only holds for a non-root host
-// uid: the kernel exempts uid 0, which is what the sandbox's root maps to
-// when the engine runs as root, so then the pids cgroup is the fork-bomb cap.
+// applies, file size, core, and RLIMIT_NPROC, which binds now that root
+// inside is not the host's uid 0).
 //
 // The engine binary re-executes itself as those helpers, so programs (and
 // tests) that use this package call reexec.Init first thing in main.
@@ -32,6 +38,7 @@ import (
 
 	"evals.si/sandbox"
 	"evals.si/sandbox/limits"
+	"evals.si/sandbox/userns"
 )
 
 // Options configure the rung; zero values pick the defaults.
@@ -56,6 +63,38 @@ type Rung struct {
 	helperOnce sync.Once
 	helper     string
 	helperErr  error
+
+	// The user namespace map of this engine's sandboxes, and a namespace
+	// with it for idmapped mounts (open for the rung's lifetime: one
+	// descriptor), both worked out at the first sandbox.
+	nsOnce sync.Once
+	ns     userNS
+
+	viewsOnce sync.Once
+	viewsErr  error
+}
+
+// userNS is how sandboxes get their user namespace.
+type userNS struct {
+	idmap userns.IDMap
+	note  string
+	// fd is a namespace with idmap, for shifting layers the host owns
+	// (nil when the map is not full or the engine is not root).
+	fd  *os.File
+	err error
+}
+
+func (r *Rung) userNamespace(helper string) userNS {
+	r.nsOnce.Do(func() {
+		ns := &r.ns
+		if ns.idmap, ns.note, ns.err = userns.ForEngine(); ns.err != nil {
+			return
+		}
+		if os.Geteuid() == 0 && ns.idmap.Full() {
+			ns.fd, ns.err = ns.idmap.Namespace(helper)
+		}
+	})
+	return r.ns
 }
 
 // New returns the bwrap rung.

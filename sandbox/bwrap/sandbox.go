@@ -33,7 +33,8 @@ import (
 var hostSystemDirs = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc"}
 
 // hiddenHostFiles are covered by an empty file when the host's /etc is
-// bound: the sandbox's root maps to the host's root user, which owns them.
+// bound: secrets the host's root owns, which a sandbox whose root maps to
+// the engine's own uid (a non-root engine) could otherwise read.
 var hiddenHostFiles = []string{"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers"}
 
 // hiddenHostDirs are covered by an empty tmpfs (engine configuration may
@@ -50,6 +51,7 @@ const (
 
 // Sandbox is one bubblewrap sandbox.
 type Sandbox struct {
+	rung     *Rung
 	cfg      sandbox.Config
 	bwrap    string
 	helper   string
@@ -72,10 +74,26 @@ type Sandbox struct {
 	bridge     net.Listener
 	uid, gid   int
 	baseEnv    map[string]string
-	report     sandbox.Report
 	seq        atomic.Int64
-	// widened is set by SetPolicy: later commands share the host network.
-	widened atomic.Bool
+
+	// ns is the sandbox's user namespace map; inNS says bwrap runs as root
+	// of a namespace with it (a full map), so ids 0–65535 and a
+	// container's capabilities are the sandbox's while its root is an
+	// unprivileged id outside. Otherwise (a non-root engine with only its
+	// own uid to map) bwrap makes a single-id namespace with no
+	// capabilities, as before.
+	ns   userNS
+	inNS bool
+	// hostUID, hostGID are the host ids of root inside.
+	hostUID, hostGID int
+
+	// mu guards the policy (SetPolicy changes it) and the report.
+	mu     sync.Mutex
+	policy sandbox.Policy
+	report sandbox.Report
+	// upstream is the egress proxy address the bridge dials (SetPolicy
+	// may change it).
+	upstream atomic.Pointer[string]
 
 	// srv is the exec server commands run through (started at the first
 	// command; again after SetPolicy widens the network).
@@ -99,7 +117,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 	if err != nil {
 		return nil, err
 	}
-	s := &Sandbox{cfg: cfg, bwrap: bw, helper: helper, noImage: cfg.Root == "", life: sandbox.NewLifecycle("bwrap")}
+	s := &Sandbox{rung: r, cfg: cfg, bwrap: bw, helper: helper, noImage: cfg.Root == "", life: sandbox.NewLifecycle("bwrap")}
 	if s.cfg.Policy.Network == "" {
 		s.cfg.Policy.Network = sandbox.NetworkDeny
 	}
@@ -108,6 +126,20 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 	default:
 		return nil, fmt.Errorf("creating a bwrap sandbox: unknown network mode %q (deny, allowlist or allow)", cfg.Policy.Network)
 	}
+	if s.cfg.Policy.Network != sandbox.NetworkDeny && s.cfg.Policy.ProxyAddr == "" {
+		// allow, like allowlist, goes out through the egress proxy (in
+		// allow-all mode), never through the host's network namespace,
+		// whose loopback services the sandbox must not reach.
+		return nil, fmt.Errorf("creating a bwrap sandbox: network %s needs an egress proxy (policy proxy_addr is empty); the sandbox never shares the host's network", s.cfg.Policy.Network)
+	}
+	s.policy = s.cfg.Policy
+	s.ns = r.userNamespace(helper)
+	if s.ns.err != nil {
+		return nil, fmt.Errorf("creating a bwrap sandbox: %w", s.ns.err)
+	}
+	s.inNS = s.ns.idmap.Full()
+	s.hostUID, _ = s.ns.idmap.HostUID(0)
+	s.hostGID, _ = s.ns.idmap.HostGID(0)
 	s.workdir = cfg.Workdir
 	if s.workdir == "" {
 		s.workdir = sandbox.DefaultWorkdir
@@ -153,23 +185,31 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 	if err := os.Chmod(s.tmp, 0o1777); err != nil {
 		return nil, fmt.Errorf("creating a bwrap sandbox: %w", err)
 	}
+	if err := s.chownHost(s.tmp); err != nil {
+		return nil, fmt.Errorf("creating a bwrap sandbox: %w", err)
+	}
 
+	// Snapshot layers were written inside, so their files carry host ids
+	// already; the image root and the stub store ids as the sandbox sees
+	// them and are shifted to the map (see overlay.Shift).
 	var lowers []string
+	var shifted []bool
 	for _, l := range cfg.Layers {
 		if l.Dir == "" {
 			return nil, fmt.Errorf("creating a bwrap sandbox: layer %q has no directory (bwrap stacks directory layers only)", l.Ref)
 		}
-		lowers = append(lowers, l.Dir)
+		lowers, shifted = append(lowers, l.Dir), append(shifted, false)
 	}
 	if cfg.Root != "" {
-		lowers = append(lowers, cfg.Root)
+		lowers, shifted = append(lowers, cfg.Root), append(shifted, true)
 	}
-	lowers = append(lowers, s.stub)
-	if s.root, err = overlay.Mount(lowers, s.state); err != nil {
+	lowers, shifted = append(lowers, s.stub), append(shifted, true)
+	var shift overlay.Shift
+	if s.inNS {
+		shift = overlay.Shift{Userns: s.ns.fd, Layers: shifted, HostID: s.hostID}
+	}
+	if s.root, err = overlay.MountShifted(lowers, s.state, shift); err != nil {
 		return nil, fmt.Errorf("creating a bwrap sandbox: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Join(s.root.Merged, s.workdir), 0o755); err != nil {
-		return nil, fmt.Errorf("creating workdir %s: %w", s.workdir, err)
 	}
 
 	etc := filepath.Join(s.root.Merged, "etc")
@@ -179,19 +219,31 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 	if s.uid, s.gid, err = sandboxUser(cfg.User, etc); err != nil {
 		return nil, fmt.Errorf("creating a bwrap sandbox: %w", err)
 	}
+	if _, ok := s.ns.idmap.HostUID(s.uid); s.inNS && !ok {
+		return nil, fmt.Errorf("creating a bwrap sandbox: user %q is uid %d, outside the ids the sandbox's user namespace maps (%s)", cfg.User, s.uid, strings.Join(s.ns.idmap.Describe(), ", "))
+	}
+	if _, ok := s.ns.idmap.HostGID(s.gid); s.inNS && !ok {
+		return nil, fmt.Errorf("creating a bwrap sandbox: user %q has gid %d, outside the ids the sandbox's user namespace maps", cfg.User, s.gid)
+	}
+	if err := s.mkdirOwned(s.root.Merged, s.workdir); err != nil {
+		return nil, fmt.Errorf("creating workdir %s: %w", s.workdir, err)
+	}
 
 	var cgNote string
 	if s.cgroups, cgNote, err = limits.Detect(cfg.Limits.Cgroup, r.host()); err != nil {
 		return nil, fmt.Errorf("creating a bwrap sandbox: sandbox.cgroup %q: %w", cfg.Limits.Cgroup, err)
 	}
 	s.rlimits = limits.PlanRlimits(cfg.Limits, !s.cgroups.HasMemory())
-	s.nproc = os.Geteuid() != 0 && s.rlimits.NProc > 0
+	// RLIMIT_NPROC binds unless root inside is the host's uid 0, which the
+	// kernel exempts (it counts per user namespace, so sandboxes sharing a
+	// map do not share the count).
+	s.nproc = s.hostUID != 0 && s.rlimits.NProc > 0
 	if s.seccomp, err = limits.SeccompFilter(); err != nil {
 		return nil, err
 	}
 
-	if s.cfg.Policy.Network == sandbox.NetworkAllowlist {
-		if err := s.setupProxy(); err != nil {
+	if s.cfg.Policy.Network != sandbox.NetworkDeny {
+		if err := s.setupProxy(s.cfg.Policy.ProxyAddr); err != nil {
 			return nil, err
 		}
 	}
@@ -241,6 +293,14 @@ func (s *Sandbox) makeReport(cgNote string) sandbox.Report {
 		Isolation: sandbox.LevelNamespaced,
 		Network:   s.cfg.Policy.Network,
 		ProxyAddr: s.cfg.Policy.ProxyAddr,
+		UIDMap:    s.ns.idmap.Describe(),
+	}
+	if s.inNS {
+		rep.Capabilities = slices.Sorted(slices.Values(sandbox.ContainerCapabilities))
+	}
+	if !s.inNS && (s.uid != 0 || s.gid != 0) {
+		// bwrap's own namespace maps the one id the user runs as.
+		rep.UIDMap = []string{fmt.Sprintf("%d-%d -> %d-%d", s.uid, s.uid, s.hostUID, s.hostUID)}
 	}
 	rep.Limits = append(rep.Limits, s.cgroups.Plan(s.cfg.Limits)...)
 	for _, rl := range s.rlimits.Outer {
@@ -259,30 +319,90 @@ func (s *Sandbox) makeReport(cgNote string) sandbox.Report {
 	if !s.cgroups.HasMemory() && s.cfg.Limits.MemoryMB > 0 {
 		rep.Notes = append(rep.Notes, "memory is capped by RLIMIT_AS (address space): allocations fail instead of an OOM kill, and runtimes reserving large virtual ranges may need more")
 	}
-	rep.Notes = append(rep.Notes, "namespaces: user, mount, pid, net, ipc, uts, cgroup; capabilities: none; seccomp denies "+strings.Join(limits.DeniedSyscallNames(), ", "))
+	rep.Notes = append(rep.Notes, s.ns.note)
+	caps := "capabilities: none"
+	if s.inNS {
+		caps = "capabilities: Docker's default set, inside the user namespace only (root inside is uid " + strconv.Itoa(s.hostUID) + " outside); a command run as another user has none"
+	}
+	rep.Notes = append(rep.Notes, "namespaces: user, mount, pid, net, ipc, uts, cgroup; "+caps+"; seccomp denies "+strings.Join(limits.DeniedSyscallNames(), ", "))
+	rep.Notes = append(rep.Notes, "masked: "+strings.Join(procPaths(sandbox.MaskedPaths), ", ")+"; read-only: "+strings.Join(procPaths(sandbox.ReadOnlyPaths), ", ")+" (those absent on this kernel need no mask); /sys is not mounted")
 	exec := "commands are forked by an exec server that is PID 1 of the sandbox's namespaces (not dumpable, unkillable from inside); each runs in its own session"
 	if s.cgroups != nil {
 		exec += " and cgroup"
 	}
 	rep.Notes = append(rep.Notes, exec+", and what it leaves running is killed when it ends")
+	rep.Notes = append(rep.Notes, fmt.Sprintf("file reads and writes are served by the exec server, inside the sandbox's view: regular files only, reads capped at %d MiB", MaxReadFile>>20))
 	if s.noImage {
-		rep.Notes = append(rep.Notes, "no image: the host's /usr, /bin, /sbin, /lib*, /etc read-only ("+strings.Join(hiddenHostFiles, ", ")+" and "+strings.Join(hiddenHostDirs, ", ")+" hidden)")
+		note := "no image: the host's /usr, /bin, /sbin, /lib*, /etc read-only (" + strings.Join(hiddenHostFiles, ", ") + " and " + strings.Join(hiddenHostDirs, ", ") + " hidden)"
+		if s.inNS {
+			note += "; their files appear owned by nobody inside, since host ids are not in the sandbox's map"
+		}
+		rep.Notes = append(rep.Notes, note)
 	}
 	if n := s.root.Note(); n != "" {
 		rep.Notes = append(rep.Notes, n)
+	} else if s.inNS {
+		rep.Notes = append(rep.Notes, "root: overlayfs over the image and snapshot layers with a private upper directory; the image and stub are idmapped mounts, so their files are owned by the mapped ids")
 	} else {
 		rep.Notes = append(rep.Notes, "root: overlayfs over the image and snapshot layers with a private upper directory")
 	}
 	if s.uid != 0 || s.gid != 0 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("user %q runs as uid %d gid %d inside; the user namespace maps only that id, to the engine's own uid %d, so file access is the engine user's", s.cfg.User, s.uid, s.gid, os.Geteuid()))
+		if s.inNS {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("user %q runs as uid %d gid %d inside the user namespace", s.cfg.User, s.uid, s.gid))
+		} else {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("user %q runs as uid %d gid %d inside; the user namespace maps only that id, to the engine's own uid %d, so file access is the engine user's", s.cfg.User, s.uid, s.gid, s.hostUID))
+		}
 	}
 	if s.cfg.ReadOnlyRoot {
 		rep.Notes = append(rep.Notes, "read-only root: only "+s.workdir+" and /tmp are writable")
 	}
 	if s.proxy != "" {
-		rep.Notes = append(rep.Notes, "allowlist: no network namespace route out; HTTP(S)_PROXY=http://"+proxyListen+" forwards to the egress proxy's socket")
+		rep.Notes = append(rep.Notes, proxyNote(s.cfg.Policy.Network))
 	}
 	return rep
+}
+
+// proxyNote says how a proxied network mode reaches out.
+func proxyNote(network string) string {
+	if network == sandbox.NetworkAllow {
+		return "allow: the sandbox's own network namespace, no route out; HTTP(S)_PROXY=http://" + proxyListen + " forwards to the egress proxy (allow-all, logging, no host loopback); the host's network is never shared"
+	}
+	return "allowlist: no network namespace route out; HTTP(S)_PROXY=http://" + proxyListen + " forwards to the egress proxy's socket"
+}
+
+// procPaths are the paths of ps under /proc (the only ones a bwrap
+// sandbox mounts).
+func procPaths(ps []string) []string {
+	var out []string
+	for _, p := range ps {
+		if strings.HasPrefix(p, "/proc/") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// hostID is the host id an id inside maps to (gid: a group id); ids the
+// map lacks become the overflow id, as the kernel shows them.
+func (s *Sandbox) hostID(id int, gid bool) int {
+	h, ok := s.ns.idmap.HostUID(id)
+	if gid {
+		h, ok = s.ns.idmap.HostGID(id)
+	}
+	if !ok {
+		return 65534
+	}
+	return h
+}
+
+// chownHost gives p, made by the engine, to root inside (a no-op unless
+// the engine is root: otherwise what it makes is its own uid's, which is
+// root inside).
+func (s *Sandbox) chownHost(p string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	return os.Lchown(p, s.hostUID, s.hostGID)
 }
 
 // stubVersion names what buildStub makes: change it with buildStub, so a
@@ -366,27 +486,35 @@ func buildStub(dir string, noImage bool) error {
 	return nil
 }
 
-// setupProxy makes the egress proxy reachable as a unix socket on the host
-// (the proxy's own, or a bridge to its TCP address) for binding inside.
-func (s *Sandbox) setupProxy() error {
-	addr := s.cfg.Policy.ProxyAddr
+// setupProxy makes the egress proxy (unix:/path or host:port) reachable as
+// a unix socket of the sandbox's own, bound inside and owned by root inside;
+// the bridge dials s.upstream, which SetPolicy may change.
+func (s *Sandbox) setupProxy(addr string) error {
 	if addr == "" {
-		return errors.New("creating a bwrap sandbox: network allowlist needs an egress proxy (policy proxy_addr is empty)")
+		return errors.New("bwrap sandbox: the network mode needs an egress proxy (policy proxy_addr is empty)")
 	}
+	network, target := "tcp", addr
 	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
 		if st, err := os.Stat(p); err != nil || st.Mode()&os.ModeSocket == 0 {
-			return fmt.Errorf("creating a bwrap sandbox: egress proxy socket %s is not a unix socket: %v", p, err)
+			return fmt.Errorf("bwrap sandbox: egress proxy socket %s is not a unix socket: %v", p, err)
 		}
-		s.proxy = p
-		return nil
+		network, target = "unix", p
+	} else if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("bwrap sandbox: egress proxy address %q: want unix:/path or host:port: %w", addr, err)
 	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return fmt.Errorf("creating a bwrap sandbox: egress proxy address %q: want unix:/path or host:port: %w", addr, err)
+	up := network + " " + target
+	s.upstream.Store(&up)
+	if s.bridge != nil {
+		return nil
 	}
 	sock := filepath.Join(s.state, "proxy.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
-		return fmt.Errorf("creating a bwrap sandbox: bridging to egress proxy %s: %w", addr, err)
+		return fmt.Errorf("bwrap sandbox: bridging to egress proxy %s: %w", addr, err)
+	}
+	if err := s.chownHost(sock); err != nil {
+		ln.Close()
+		return fmt.Errorf("bwrap sandbox: bridging to egress proxy %s: %w", addr, err)
 	}
 	s.bridge, s.proxy = ln, sock
 	go func() {
@@ -396,9 +524,10 @@ func (s *Sandbox) setupProxy() error {
 				return
 			}
 			go func() {
-				up, err := net.DialTimeout("tcp", addr, 10*time.Second)
+				network, target, _ := strings.Cut(*s.upstream.Load(), " ")
+				up, err := net.DialTimeout(network, target, 10*time.Second)
 				if err != nil {
-					slog.Warn("bwrap sandbox cannot reach the egress proxy", "proxy", addr, "err", err)
+					slog.Warn("bwrap sandbox cannot reach the egress proxy", "proxy", target, "err", err)
 					c.Close()
 					return
 				}
@@ -425,11 +554,15 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	for k, v := range s.baseEnv {
 		envMap[k] = v
 	}
-	if s.proxy != "" {
+	if pol := s.currentPolicy(); pol.Network != sandbox.NetworkDeny {
 		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
 			envMap[k] = "http://" + proxyListen
 		}
-		np := sandbox.NoProxy(s.cfg.Policy.AllowHosts)
+		// allow: the proxy refuses loopback, and nothing bypasses it.
+		np := ""
+		if pol.Network == sandbox.NetworkAllowlist {
+			np = sandbox.NoProxy(pol.AllowHosts)
+		}
 		envMap["NO_PROXY"], envMap["no_proxy"] = np, np
 	}
 	env, err := sandbox.CommandEnv(envMap, req.Env)
@@ -455,7 +588,11 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	}
 	start := time.Now()
 	argv, env := s.command(req.Argv, env)
-	c, err := srv.start(execserver.ExecMsg{Argv: argv, Env: env, Dir: cwd, Stdin: req.Stdin, Limit: limit, Join: cg != nil}, limit)
+	m := execserver.ExecMsg{Argv: argv, Env: env, Dir: cwd, Stdin: req.Stdin, Limit: limit, Join: cg != nil}
+	if s.inNS && (s.uid != 0 || s.gid != 0) {
+		m.User, m.UID, m.GID = true, s.uid, s.gid
+	}
+	c, err := srv.start(m, limit)
 	if err != nil {
 		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
 	}
@@ -618,7 +755,9 @@ func readStatus(r *os.File, childc chan<- int) {
 
 // Report describes the isolation that applies.
 func (s *Sandbox) Report() sandbox.Report {
+	s.mu.Lock()
 	r := s.report
+	s.mu.Unlock()
 	r.Limits = slices.Clone(r.Limits)
 	r.Notes = slices.Clone(r.Notes)
 	return r
@@ -747,17 +886,31 @@ func elfInterpreter(path string) string {
 	return ""
 }
 
+// currentPolicy is the network policy commands starting now get.
+func (s *Sandbox) currentPolicy() sandbox.Policy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.policy
+}
+
 // SetPolicy widens the network for the commands that follow, as a granted
-// request_escalation asks. Only deny → allow is supported: an allowlist
-// sandbox runs its proxy bridge inside the sandbox's own network
-// namespace, which sharing the host's network would break.
+// request_escalation asks: to allow, through the egress proxy p.ProxyAddr
+// (in allow-all mode), never by sharing the host's network. The exec
+// server is restarted with the proxy forwarded when it had none.
 func (s *Sandbox) SetPolicy(p sandbox.Policy) error {
 	if p.Network != sandbox.NetworkAllow {
 		return fmt.Errorf("bwrap sandbox: can only widen the network to %q, not %q", sandbox.NetworkAllow, p.Network)
 	}
-	if s.cfg.Policy.Network == sandbox.NetworkAllowlist {
-		return fmt.Errorf("bwrap sandbox: an allowlist sandbox cannot be widened to allow")
+	if p.ProxyAddr == "" {
+		return errors.New("bwrap sandbox: widening the network to allow needs an egress proxy (policy proxy_addr is empty); the sandbox never shares the host's network")
 	}
-	s.widened.Store(true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.setupProxy(p.ProxyAddr); err != nil {
+		return err
+	}
+	s.policy = p
+	s.report.Network, s.report.ProxyAddr = p.Network, p.ProxyAddr
+	s.report.Notes = append(slices.Clone(s.report.Notes), "widened by SetPolicy: "+proxyNote(p.Network))
 	return nil
 }

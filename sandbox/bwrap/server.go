@@ -27,10 +27,12 @@ const serverPidsMargin = 32
 // execServer is the host's end of one sandbox's exec server: the bwrap
 // process whose PID 1 is the server, and the calls in flight.
 type execServer struct {
-	cmd      *exec.Cmd
-	pid      int // host pid of the server (PID 1 inside)
-	shareNet bool
-	cg       *limits.Cgroup // the server's own cgroup (cgroup v2 only)
+	cmd *exec.Cmd
+	pid int // host pid of the server (PID 1 inside)
+	// proxy is the host socket the server forwards 127.0.0.1:3128 to ("":
+	// none, network deny).
+	proxy string
+	cg    *limits.Cgroup // the server's own cgroup (cgroup v2 only)
 
 	wmu sync.Mutex
 	w   *os.File
@@ -41,6 +43,8 @@ type execServer struct {
 	active  int
 	retired bool
 
+	// ready is closed when the server serves (bwrap has set up).
+	ready   chan struct{}
 	dead    chan struct{}
 	deadErr error
 	stderr  *sandbox.CappedBuffer
@@ -55,20 +59,34 @@ type call struct {
 	started        chan struct{}
 	exit           chan execserver.ExitMsg
 	done           chan execserver.DoneMsg
+	// file answers a file operation's call.
+	file chan execserver.FileResult
 }
 
 // serverArgs builds the sandbox's bwrap invocation; order matters: the
-// root first, then mounts on top of it.
-func (s *Sandbox) serverArgs(shareNet bool) []string {
-	a := []string{"--unshare-all"}
-	if shareNet {
-		a = append(a, "--share-net")
+// root first, then mounts on top of it. src.proxy is the host socket of the
+// egress proxy ("" for none).
+func (s *Sandbox) serverArgs(src sources) []string {
+	var a []string
+	if s.inNS {
+		// bwrap runs as root of the sandbox's user namespace (started by
+		// userns.Start) and makes the other namespaces in it; one of its
+		// own would map a single id.
+		a = append(a, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try")
+	} else {
+		a = append(a, "--unshare-all")
 	}
-	a = append(a, "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "evalsi", "--as-pid-1")
-	if s.uid != 0 || s.gid != 0 {
+	a = append(a, "--die-with-parent", "--new-session", "--cap-drop", "ALL")
+	if s.inNS {
+		for _, c := range sandbox.ContainerCapabilities {
+			a = append(a, "--cap-add", c)
+		}
+	}
+	a = append(a, "--hostname", "evalsi", "--as-pid-1")
+	if !s.inNS && (s.uid != 0 || s.gid != 0) {
 		a = append(a, "--uid", strconv.Itoa(s.uid), "--gid", strconv.Itoa(s.gid))
 	}
-	merged := s.root.Merged
+	merged := src.root
 	if s.cfg.ReadOnlyRoot {
 		a = append(a, "--ro-bind", merged, "/")
 	} else {
@@ -80,10 +98,9 @@ func (s *Sandbox) serverArgs(shareNet bool) []string {
 				a = append(a, "--ro-bind", "/"+d, "/"+d)
 			}
 		}
-		empty := filepath.Join(s.stub, ".evalsi", "empty")
 		for _, f := range hiddenHostFiles {
 			if fi, err := os.Lstat(f); err == nil && fi.Mode().IsRegular() {
-				a = append(a, "--ro-bind", empty, f)
+				a = append(a, "--ro-bind", src.empty, f)
 			}
 		}
 		for _, d := range hiddenHostDirs {
@@ -92,19 +109,21 @@ func (s *Sandbox) serverArgs(shareNet bool) []string {
 			}
 		}
 	}
-	a = append(a, "--proc", "/proc", "--dev", "/dev", "--bind", s.tmp, "/tmp")
+	a = append(a, "--proc", "/proc")
+	a = append(a, s.procMasks(src.empty)...)
+	a = append(a, "--dev", "/dev", "--bind", src.tmp, "/tmp")
 	if s.cfg.ReadOnlyRoot {
 		a = append(a, "--bind", filepath.Join(merged, s.workdir), s.workdir)
 	}
-	a = append(a, "--ro-bind", s.helper, sandboxHelper)
-	if s.proxy != "" {
-		a = append(a, "--bind", s.proxy, sandboxProxySock)
+	a = append(a, "--ro-bind", src.helper, sandboxHelper)
+	if src.proxy != "" {
+		a = append(a, "--bind", src.proxy, sandboxProxySock)
 	}
 	// One P: the server mostly hands work between goroutines, which is
 	// cheaper on one thread than across several.
 	a = append(a, "--clearenv", "--setenv", reexec.Env, execserver.Helper, "--setenv", "GOMAXPROCS", "1",
 		"--chdir", s.workdir, "--seccomp", "3", "--json-status-fd", "4", "--", sandboxHelper)
-	if s.proxy != "" {
+	if src.proxy != "" {
 		a = append(a, "--forward", sandboxProxySock, proxyPort)
 	}
 	// The server sets these on itself before it reads a request, and
@@ -128,11 +147,42 @@ func (s *Sandbox) serverArgs(shareNet bool) []string {
 	return a
 }
 
+// procMasks hides what Docker masks under /proc (an empty file or a
+// read-only empty tmpfs over it) and makes read-only what it does: global
+// sysctls in /proc/sys above all (kernel.core_pattern runs a program as
+// the host's root; the user namespace already refuses those, this also
+// covers the namespaced ones, as Docker does). A bind source is a host
+// path, so these come from the host's /proc, which shows the same: a
+// sysctl file reads and writes the namespaces of the process using it.
+// (bwrap's own cover of /proc/sys skips directories it finds
+// unwritable by access(2), which /proc/sys is.) Paths this kernel lacks
+// need nothing, and bwrap could not create them in /proc. /sys is not
+// mounted at all.
+func (s *Sandbox) procMasks(empty string) []string {
+	var a []string
+	for _, p := range procPaths(sandbox.MaskedPaths) {
+		fi, err := os.Stat(p)
+		switch {
+		case err != nil:
+		case fi.IsDir():
+			a = append(a, "--tmpfs", p, "--remount-ro", p)
+		default:
+			a = append(a, "--ro-bind", empty, p)
+		}
+	}
+	for _, p := range procPaths(sandbox.ReadOnlyPaths) {
+		if _, err := os.Stat(p); err == nil {
+			a = append(a, "--ro-bind", p, p)
+		}
+	}
+	return a
+}
+
 // startServer starts the sandbox's bwrap with the exec server as PID 1 and
 // returns once its host pid is known; requests sent meanwhile wait in the
 // pipe until it serves.
-func (s *Sandbox) startServer(ctx context.Context, shareNet bool) (_ *execServer, err error) {
-	srv := &execServer{shareNet: shareNet, calls: map[uint32]*call{}, dead: make(chan struct{}),
+func (s *Sandbox) startServer(ctx context.Context, proxy string) (_ *execServer, err error) {
+	srv := &execServer{proxy: proxy, calls: map[uint32]*call{}, ready: make(chan struct{}), dead: make(chan struct{}),
 		stderr: sandbox.NewCappedBuffer(64 << 10), waitc: make(chan error, 1)}
 	if s.cgroups != nil && s.cgroups.Version() == 2 {
 		// A v2 command cgroup is joined by moving the whole server into it
@@ -178,13 +228,34 @@ func (s *Sandbox) startServer(ctx context.Context, shareNet bool) (_ *execServer
 	}
 	defer outW.Close()
 
-	cmd := exec.Command(s.bwrap, s.serverArgs(shareNet)...)
+	src, err := s.bindSources(proxy)
+	if err != nil {
+		stR.Close()
+		stW.Close()
+		inW.Close()
+		outR.Close()
+		return nil, fmt.Errorf("starting the bwrap sandbox: %w", err)
+	}
+	// Once bwrap has set the sandbox up, whose mount namespace holds
+	// copies of the views, they can go; removing them earlier would
+	// unmount them there too.
+	released := false
+	defer func() {
+		if !released {
+			src.release()
+		}
+	}()
+	cmd := exec.Command(s.bwrap, s.serverArgs(src)...)
 	cmd.Env = []string{}
 	cmd.ExtraFiles = []*os.File{secR, stW} // fds 3, 4
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, srv.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if s.inNS {
+		start = func() error { return s.ns.idmap.Start(cmd, s.helper) }
+	}
+	if err := start(); err != nil {
 		stR.Close()
 		stW.Close()
 		inW.Close()
@@ -197,6 +268,14 @@ func (s *Sandbox) startServer(ctx context.Context, shareNet bool) (_ *execServer
 	childc := make(chan int, 1)
 	go readStatus(stR, childc)
 	go srv.read(outR)
+	released = true
+	go func() {
+		select {
+		case <-srv.ready:
+		case <-srv.dead:
+		}
+		src.release()
+	}()
 	fail := func(err error) (*execServer, error) {
 		srv.kill()
 		return nil, err
@@ -249,6 +328,14 @@ func (srv *execServer) read(r *os.File) {
 		if kind, id, p, err = execserver.ReadFrame(br); err != nil {
 			break
 		}
+		if kind == execserver.FrameReady {
+			select {
+			case <-srv.ready:
+			default:
+				close(srv.ready)
+			}
+			continue
+		}
 		srv.mu.Lock()
 		c := srv.calls[id]
 		srv.mu.Unlock()
@@ -277,6 +364,12 @@ func (srv *execServer) read(r *os.File) {
 			var m execserver.DoneMsg
 			m.Unmarshal(p)
 			c.done <- m
+		case execserver.FrameFileResult:
+			var m execserver.FileResult
+			if err := m.Unmarshal(p); err != nil {
+				m.Err = "the exec server sent a malformed file result"
+			}
+			c.file <- m
 		}
 	}
 	werr := <-srv.waitc
@@ -304,18 +397,30 @@ func (srv *execServer) send(kind byte, id uint32, payload []byte) error {
 
 // start sends a command to the server.
 func (srv *execServer) start(m execserver.ExecMsg, limit int) (*call, error) {
-	b := m.Marshal()
+	c := &call{stdout: sandbox.NewCappedBuffer(limit), stderr: sandbox.NewCappedBuffer(limit),
+		join: make(chan int, 1), started: make(chan struct{}), exit: make(chan execserver.ExitMsg, 1), done: make(chan execserver.DoneMsg, 1)}
+	return c, srv.call(c, execserver.FrameExec, m.Marshal())
+}
+
+// startFile sends a file operation to the server; its answer arrives on
+// the call's file channel.
+func (srv *execServer) startFile(m execserver.FileMsg) (*call, error) {
+	c := &call{file: make(chan execserver.FileResult, 1)}
+	return c, srv.call(c, execserver.FrameFile, m.Marshal())
+}
+
+// call registers c under a new id and sends its request.
+func (srv *execServer) call(c *call, kind byte, payload []byte) error {
 	srv.mu.Lock()
 	srv.next++
-	c := &call{id: srv.next, stdout: sandbox.NewCappedBuffer(limit), stderr: sandbox.NewCappedBuffer(limit),
-		join: make(chan int, 1), started: make(chan struct{}), exit: make(chan execserver.ExitMsg, 1), done: make(chan execserver.DoneMsg, 1)}
+	c.id = srv.next
 	srv.calls[c.id] = c
 	srv.mu.Unlock()
-	if err := srv.send(execserver.FrameExec, c.id, b); err != nil {
+	if err := srv.send(kind, c.id, payload); err != nil {
 		srv.forget(c)
-		return nil, err
+		return err
 	}
-	return c, nil
+	return nil
 }
 
 func (srv *execServer) forget(c *call) {
@@ -340,17 +445,22 @@ func (srv *execServer) kill() {
 
 // server returns the running exec server for the current network policy,
 // starting it (again) when there is none, it died, or SetPolicy widened the
-// network since it started. The caller releases it.
+// network to the proxy since it started. The caller releases it.
 func (s *Sandbox) server(ctx context.Context) (*execServer, error) {
 	s.srvMu.Lock()
 	defer s.srvMu.Unlock()
-	shareNet := s.cfg.Policy.Network == sandbox.NetworkAllow || s.widened.Load()
+	proxy := ""
+	if s.currentPolicy().Network != sandbox.NetworkDeny {
+		s.mu.Lock()
+		proxy = s.proxy
+		s.mu.Unlock()
+	}
 	if srv := s.srv; srv != nil {
 		select {
 		case <-srv.dead:
 			s.retire(srv)
 		default:
-			if srv.shareNet == shareNet {
+			if srv.proxy == proxy {
 				srv.mu.Lock()
 				srv.active++
 				srv.mu.Unlock()
@@ -359,7 +469,7 @@ func (s *Sandbox) server(ctx context.Context) (*execServer, error) {
 			s.retire(srv)
 		}
 	}
-	srv, err := s.startServer(ctx, shareNet)
+	srv, err := s.startServer(ctx, proxy)
 	if err != nil {
 		return nil, err
 	}

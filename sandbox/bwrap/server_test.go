@@ -3,20 +3,22 @@ package bwrap
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"evals.si/internal/testenv"
 	"evals.si/sandbox"
+	"evals.si/sandbox/sandboxtest"
 )
 
 // SetPolicy's deny → allow must reach commands started after it, although
 // the exec server of the first commands lives in a network namespace of
-// its own.
+// its own, and allow goes through the egress proxy: the host's loopback
+// stays out of reach.
 func TestSetPolicyWidensNetwork(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		testenv.Missing(t, "python3", "the network checks connect with python3")
@@ -26,31 +28,64 @@ func TestSetPolicyWidensNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	var accepted atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	connect := fmt.Sprintf(`python3 -c "import socket; socket.create_connection(('127.0.0.1', %d), 3)"`, ln.Addr().(*net.TCPAddr).Port)
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "via proxy") }))
+	port := ln.Addr().(*net.TCPAddr).Port
+	proxy := sandboxtest.StartProxy(t, map[string]string{"upstream.test:80": ln.Addr().String()})
+	connect := fmt.Sprintf(`python3 -c "import socket; socket.create_connection(('127.0.0.1', %d), 3)"`, port)
+	fetch := `python3 -c "import urllib.request; print(urllib.request.urlopen('http://upstream.test/', timeout=5).read().decode())"`
 
 	sb := create(t, sandbox.Config{})
-	if res := run(t, sb, connect); res.ExitCode == 0 || accepted.Load() != 0 {
-		t.Fatalf("under network: deny the host listener was reached: exit %d, %d accepted", res.ExitCode, accepted.Load())
+	if res := run(t, sb, connect); res.ExitCode == 0 {
+		t.Fatalf("under network: deny the host listener was reached")
 	}
-	if err := sb.(*Sandbox).SetPolicy(sandbox.Policy{Network: sandbox.NetworkAllow}); err != nil {
+	if err := sb.(*Sandbox).SetPolicy(sandbox.Policy{Network: sandbox.NetworkAllow}); err == nil {
+		t.Errorf("SetPolicy(allow) without a proxy: no error")
+	}
+	if err := sb.(*Sandbox).SetPolicy(sandbox.Policy{Network: sandbox.NetworkAllow, ProxyAddr: proxy.TCPAddr}); err != nil {
 		t.Fatal(err)
 	}
-	if res := run(t, sb, connect); res.ExitCode != 0 || accepted.Load() != 1 {
-		t.Errorf("after SetPolicy(allow): exit %d (%s), %d accepted; want 0, 1", res.ExitCode, res.Stderr, accepted.Load())
+	if res := run(t, sb, fetch); res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout)) != "via proxy" {
+		t.Errorf("after SetPolicy(allow): exit %d %q (%s); want the upstream through the proxy", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if res := run(t, sb, connect); res.ExitCode == 0 {
+		t.Errorf("after SetPolicy(allow) the host's loopback listener is reachable directly")
+	}
+	if res := run(t, sb, "echo $NO_PROXY"); strings.TrimSpace(string(res.Stdout)) != "" {
+		t.Errorf("NO_PROXY under allow = %q, want empty", res.Stdout)
 	}
 	if got := strings.TrimSpace(string(run(t, sb, "cat marker 2>/dev/null || echo kept > marker; cat marker").Stdout)); got != "kept" {
 		t.Errorf("files after widening: %q", got)
+	}
+	if rep := sb.Report(); rep.Network != sandbox.NetworkAllow || rep.ProxyAddr != proxy.TCPAddr {
+		t.Errorf("report after widening: network %q proxy %q", rep.Network, rep.ProxyAddr)
+	}
+}
+
+// network: allow gets its own network namespace and the egress proxy;
+// without a proxy address Create refuses.
+func TestAllowUsesProxy(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		testenv.Missing(t, "python3", "the network checks connect with python3")
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "via proxy") }))
+	proxy := sandboxtest.StartProxy(t, map[string]string{"upstream.test:80": ln.Addr().String()})
+
+	r := newRung(t)
+	if sb, err := r.Create(t.Context(), sandbox.Config{StateDir: t.TempDir() + "/s", Policy: sandbox.Policy{Network: sandbox.NetworkAllow}}); err == nil {
+		sb.Close(t.Context())
+		t.Errorf("network allow without proxy_addr: Create succeeded")
+	}
+	for _, addr := range []string{proxy.TCPAddr, proxy.UnixAddr} {
+		sb := create(t, sandbox.Config{Policy: sandbox.Policy{Network: sandbox.NetworkAllow, ProxyAddr: addr}})
+		res := run(t, sb, fmt.Sprintf(`python3 -c "import urllib.request; print(urllib.request.urlopen('http://upstream.test/', timeout=5).read().decode())"; python3 -c "import socket; socket.create_connection(('127.0.0.1', %d), 3)" || echo direct-refused`, ln.Addr().(*net.TCPAddr).Port))
+		if got := string(res.Stdout); got != "via proxy\ndirect-refused\n" {
+			t.Errorf("allow via %s: %q %s", addr, got, res.Stderr)
+		}
 	}
 }
 

@@ -15,7 +15,11 @@ import (
 // semantics: a whiteout (a 0:0 character device) deletes the path below it,
 // an opaque directory (trusted.overlay.opaque=y) replaces the directory
 // below instead of merging with it. Ownership is kept when running as root.
-func CopyLayer(src, dst string) error {
+func CopyLayer(src, dst string) error { return copyLayer(src, dst, nil) }
+
+// copyLayer is CopyLayer with ownership passed through hostID (as root),
+// which maps an id as the layer stores it to the id the copy gets.
+func copyLayer(src, dst string, hostID func(id int, gid bool) int) error {
 	root := os.Geteuid() == 0
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -70,7 +74,11 @@ func CopyLayer(src, dst string) error {
 			return nil
 		}
 		if root && st != nil {
-			if err := os.Lchown(target, int(st.Uid), int(st.Gid)); err != nil {
+			uid, gid := int(st.Uid), int(st.Gid)
+			if hostID != nil {
+				uid, gid = hostID(uid, false), hostID(gid, true)
+			}
+			if err := os.Lchown(target, uid, gid); err != nil {
 				return fmt.Errorf("copying layer: %w", err)
 			}
 		}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"evals.si/sandbox/userns"
 )
 
 // Modes of a Root.
@@ -42,6 +44,33 @@ type Root struct {
 // overlayfs when running as root and falls back to copying the layers
 // (noting why) otherwise or when the mount fails.
 func Mount(lowers []string, stateDir string) (*Root, error) {
+	return MountShifted(lowers, stateDir, Shift{})
+}
+
+// Shift presents layers the host owns to a sandbox in a user namespace
+// whose root is another host id: without it, files owned by host root
+// appear owned by nobody inside, and the sandbox's root could not change
+// them.
+type Shift struct {
+	// Userns is a user namespace with the sandbox's id map. Lowers marked
+	// in Layers are mounted through it (idmapped mounts: a file stored as
+	// owned by id N appears owned by the host id N maps to), without
+	// copying. Nil: no shift.
+	Userns *os.File
+	// Layers says which lowers (same indexes) hold ids as the sandbox sees
+	// them (an unpacked image, a stub the host built), as opposed to
+	// layers the sandbox wrote itself, whose files already carry host ids.
+	Layers []bool
+	// HostID maps an id as a shifted layer stores it to the host id it
+	// appears as (uid, or gid when gid is set), for the copy fallback and
+	// for the upper and work directories, which belong to root inside.
+	HostID func(id int, gid bool) int
+}
+
+func (sh Shift) shifts(i int) bool { return sh.Userns != nil && i < len(sh.Layers) && sh.Layers[i] }
+
+// MountShifted is Mount with lowers shifted as sh says.
+func MountShifted(lowers []string, stateDir string, sh Shift) (*Root, error) {
 	if len(lowers) == 0 {
 		return nil, errors.New("building a sandbox root: no layers")
 	}
@@ -58,7 +87,7 @@ func Mount(lowers []string, stateDir string) (*Root, error) {
 	r := &Root{state: stateDir}
 	var why string
 	if os.Geteuid() == 0 {
-		err := r.mountOverlay(lowers)
+		err := r.mountOverlay(lowers, sh)
 		if err == nil {
 			return r, nil
 		}
@@ -66,14 +95,14 @@ func Mount(lowers []string, stateDir string) (*Root, error) {
 	} else {
 		why = "overlayfs needs root (the engine runs as uid " + fmt.Sprint(os.Geteuid()) + ")"
 	}
-	if err := r.copyLayers(lowers); err != nil {
+	if err := r.copyLayers(lowers, sh); err != nil {
 		return nil, fmt.Errorf("building a sandbox root by copy (overlay unavailable: %s): %w", why, err)
 	}
 	r.note = "root is a private copy of its layers (restore cost grows with image size): " + why
 	return r, nil
 }
 
-func (r *Root) mountOverlay(lowers []string) error {
+func (r *Root) mountOverlay(lowers []string, sh Shift) error {
 	r.upper = filepath.Join(r.state, "upper")
 	work := filepath.Join(r.state, "work")
 	merged := filepath.Join(r.state, "merged")
@@ -81,12 +110,39 @@ func (r *Root) mountOverlay(lowers []string) error {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return fmt.Errorf("preparing overlay: %w", err)
 		}
+		if sh.HostID != nil {
+			if err := os.Chown(d, sh.HostID(0, false), sh.HostID(0, true)); err != nil {
+				return fmt.Errorf("preparing overlay: %w", err)
+			}
+		}
 	}
 	abs := make([]string, len(lowers))
+	// The idmapped views are needed only while overlayfs mounts: it keeps
+	// private clones of its layers, so they are detached right after and
+	// nothing is left to unmount at Remove.
+	var views []string
+	defer func() {
+		for _, v := range views {
+			unix.Unmount(v, unix.MNT_DETACH)
+			os.Remove(v)
+		}
+	}()
 	for i, l := range lowers {
 		a, err := filepath.Abs(l)
 		if err != nil {
 			return err
+		}
+		if sh.shifts(i) {
+			v := filepath.Join(r.state, fmt.Sprintf("lower%d", i))
+			if err := os.Mkdir(v, 0o700); err != nil {
+				return fmt.Errorf("preparing overlay: %w", err)
+			}
+			if err := userns.IDMapMount(a, v, sh.Userns); err != nil {
+				os.Remove(v)
+				return err
+			}
+			views = append(views, v)
+			a = v
 		}
 		if strings.ContainsAny(a, ":,\\") {
 			return fmt.Errorf("layer path %q contains ':', ',' or '\\', which overlayfs options cannot carry", a)
@@ -110,13 +166,22 @@ func (r *Root) mountOverlay(lowers []string) error {
 	return nil
 }
 
-func (r *Root) copyLayers(lowers []string) error {
+func (r *Root) copyLayers(lowers []string, sh Shift) error {
 	root := filepath.Join(r.state, "root")
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return err
 	}
 	for i := len(lowers) - 1; i >= 0; i-- {
-		if err := CopyLayer(lowers[i], root); err != nil {
+		var hostID func(int, bool) int
+		if sh.Layers != nil && i < len(sh.Layers) && sh.Layers[i] {
+			hostID = sh.HostID
+		}
+		if err := copyLayer(lowers[i], root, hostID); err != nil {
+			return err
+		}
+	}
+	if sh.HostID != nil && os.Geteuid() == 0 {
+		if err := os.Lchown(root, sh.HostID(0, false), sh.HostID(0, true)); err != nil {
 			return err
 		}
 	}

@@ -86,6 +86,9 @@ func (m ExecMsg) Marshal() []byte {
 	e.bytes(m.Stdin)
 	e.uint(uint64(m.Limit))
 	e.bool(m.Join)
+	e.bool(m.User)
+	e.uint(uint64(m.UID))
+	e.uint(uint64(m.GID))
 	return e.b
 }
 
@@ -93,6 +96,7 @@ func (m *ExecMsg) Unmarshal(b []byte) error {
 	d := dec{b: b}
 	m.Argv, m.Env, m.Dir, m.Stdin = d.strings(), d.strings(), d.string(), d.bytes()
 	m.Limit, m.Join = int(d.uint()), d.bool()
+	m.User, m.UID, m.GID = d.bool(), int(d.uint()), int(d.uint())
 	return d.end()
 }
 
@@ -131,5 +135,40 @@ func (m DoneMsg) Marshal() []byte {
 func (m *DoneMsg) Unmarshal(b []byte) error {
 	d := dec{b: b}
 	m.TruncatedStdout, m.TruncatedStderr = d.bool(), d.bool()
+	return d.end()
+}
+
+func (m FileMsg) Marshal() []byte {
+	var e enc
+	e.bool(m.Write)
+	e.string(m.Path)
+	e.bytes(m.Data)
+	e.uint(uint64(m.Mode))
+	e.uint(uint64(m.Max))
+	e.bool(m.Chown)
+	e.uint(uint64(m.UID))
+	e.uint(uint64(m.GID))
+	return e.b
+}
+
+func (m *FileMsg) Unmarshal(b []byte) error {
+	d := dec{b: b}
+	m.Write, m.Path, m.Data = d.bool(), d.string(), d.bytes()
+	m.Mode, m.Max = uint32(d.uint()), int(d.uint())
+	m.Chown, m.UID, m.GID = d.bool(), int(d.uint()), int(d.uint())
+	return d.end()
+}
+
+func (m FileResult) Marshal() []byte {
+	var e enc
+	e.bytes(m.Data)
+	e.uint(uint64(m.Errno))
+	e.string(m.Err)
+	return e.b
+}
+
+func (m *FileResult) Unmarshal(b []byte) error {
+	d := dec{b: b}
+	m.Data, m.Errno, m.Err = d.bytes(), int(d.uint()), d.string()
 	return d.end()
 }

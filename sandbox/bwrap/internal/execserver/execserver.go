@@ -7,8 +7,9 @@
 // ones, which is most of what a bwrap invocation costs.
 //
 // Why a command stays as contained as under its own bwrap invocation:
-//   - it inherits the seccomp filter and dropped capabilities bwrap gave the
-//     server, and the rlimits the server sets on itself before serving;
+//   - it inherits the seccomp filter and the capabilities bwrap gave the
+//     server (a container's set, inside the sandbox's user namespace, or
+//     none), and the rlimits the server sets on itself before serving;
 //   - it gets its own session and (with cgroups) its own cgroup, which its
 //     first process is in from the start: the server forks it from a thread
 //     the host has moved into that cgroup (cgroup v1; that thread ends right
@@ -17,8 +18,8 @@
 //     session, and, when no other command runs, every process but PID 1);
 //   - the server is PID 1, so commands cannot SIGKILL or SIGSTOP it and every
 //     other signal lands in its handler; it is not dumpable, so commands
-//     (same uid, no capabilities) cannot open its /proc/1/fd pipes to the
-//     host or read its memory.
+//     (same uid, but without CAP_SYS_PTRACE) cannot open its /proc/1/fd
+//     pipes to the host or read its memory.
 //
 // The server registers with reexec.RegisterEarly and imports only packages
 // Go initializes first: the engine binary started as the server (once per
@@ -59,6 +60,10 @@ const (
 	FrameStderr  = 'e'
 	FrameExit    = 'q' // server → host: ExitMsg
 	FrameDone    = 'd' // server → host: DoneMsg; the call is over
+
+	FrameReady      = 'y' // server → host, call 0: the sandbox is set up and serving
+	FrameFile       = 'f' // host → server: FileMsg
+	FrameFileResult = 'r' // server → host: FileResult; the call is over
 )
 
 // maxFrame bounds a payload (a request carries the command's stdin).
@@ -75,6 +80,11 @@ type ExecMsg struct {
 	// Join: fork from a thread the host first moves into the command's
 	// cgroup (FrameJoin, then FrameGo).
 	Join bool
+	// User: run as UID:GID (inside the sandbox's user namespace) instead
+	// of the server's root; the switch drops the capabilities, as
+	// docker run --user does.
+	User     bool
+	UID, GID int
 }
 
 type JoinMsg struct {
@@ -183,6 +193,7 @@ func Main(args []string) int {
 			return fail(fmt.Errorf("bad arguments at %q", args[0]))
 		}
 	}
+	sv.send(FrameReady, 0, nil)
 	in := bufio.NewReaderSize(os.Stdin, 64<<10)
 	for {
 		kind, id, payload, err := ReadFrame(in)
@@ -209,6 +220,12 @@ func Main(args []string) int {
 			sv.mu.Unlock()
 		case FrameKill:
 			sv.kill(id)
+		case FrameFile:
+			var m FileMsg
+			if err := m.Unmarshal(payload); err != nil {
+				return fail(fmt.Errorf("bad file request: %w", err))
+			}
+			go sv.file(id, m)
 		}
 	}
 }
@@ -440,6 +457,9 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 		return
 	}
 	attr := &os.ProcAttr{Dir: m.Dir, Env: env, Files: []*os.File{stdin, outW, errW}, Sys: &syscall.SysProcAttr{Setsid: true}}
+	if m.User {
+		attr.Sys.Credential = &syscall.Credential{Uid: uint32(m.UID), Gid: uint32(m.GID)}
+	}
 
 	res := make(chan started, 1)
 	go func() {
