@@ -32,8 +32,13 @@ var ReadOnlyPaths = []string{
 
 // SubordinateIDs is the outside range a rung maps ids 0–65535 of a sandbox
 // to when the engine runs as root and /etc/subuid names no range for it
-// (rootless Podman's model: root inside is an unprivileged id outside).
+// (rootless Podman's model: root inside is an unprivileged id outside). It
+// is above what useradd hands out as subordinate ranges (SUB_UID_MAX
+// 600100000; Docker's dockremap gets one of those) and above systemd's
+// container range (524288–1879048191), so no user's own containers and no
+// other engine's sandboxes share these ids and could signal a sandbox's
+// processes.
 const (
-	SubordinateIDBase  = 100000
+	SubordinateIDBase  = 0x70000000 // 1879048192
 	SubordinateIDCount = 65536
 )
