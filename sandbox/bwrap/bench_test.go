@@ -69,6 +69,20 @@ func BenchmarkCreateExecClose(b *testing.B) {
 	}
 }
 
+// BenchmarkCreateExecCloseDiskMB is BenchmarkCreateExecClose with disk_mb
+// set: the writable state on a tmpfs of its own (a mount and an unmount).
+func BenchmarkCreateExecCloseDiskMB(b *testing.B) {
+	r := benchRung(b)
+	if os.Geteuid() != 0 {
+		b.Skip("disk_mb needs a root engine on bwrap")
+	}
+	dir := b.TempDir()
+	cfg := sandbox.Config{Workdir: "/workspace", Limits: sandbox.Limits{DiskMB: 256}}
+	for i := 0; b.Loop(); i++ {
+		cycle(b, r, cfg, dir, i)
+	}
+}
+
 // BenchmarkBareBwrap runs bwrap directly: "same-namespaces" creates the
 // namespaces a sandbox gets (the fair baseline: namespace creation dominates
 // on many kernels), "ro-bind-only" is `bwrap --ro-bind / / true`.

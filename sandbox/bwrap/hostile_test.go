@@ -17,6 +17,7 @@ import (
 	"evals.si/image"
 	"evals.si/internal/testenv/benchimage"
 	"evals.si/sandbox"
+	"evals.si/sandbox/userns"
 )
 
 // needRootEngine skips where the engine is not root: then root inside maps
@@ -44,8 +45,15 @@ true`)
 	if strings.Contains(string(res.Stdout), "WROTE") {
 		t.Errorf("a sysctl was writable from the sandbox:\n%s", res.Stdout)
 	}
-	if got := strings.Fields(string(run(t, sb, "cat /proc/self/uid_map").Stdout)); !slices.Equal(got, []string{"0", "100000", "65536"}) {
-		t.Errorf("uid_map inside = %q, want 0 100000 65536", got)
+	// Root's range in /etc/subuid, else sandbox.SubordinateIDBase onwards.
+	idmap, _, err := userns.ForEngine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, _ := idmap.HostUID(0)
+	count := 65536
+	if got, want := strings.Fields(string(run(t, sb, "cat /proc/self/uid_map").Stdout)), []string{"0", fmt.Sprint(base), fmt.Sprint(count)}; !slices.Equal(got, want) {
+		t.Errorf("uid_map inside = %q, want %q", got, want)
 	}
 	// Docker's default set, as a CapEff mask.
 	if got := strings.TrimSpace(string(run(t, sb, "grep CapEff /proc/self/status").Stdout)); got != "CapEff:\t00000000a80425fb" {
@@ -62,7 +70,7 @@ true`)
 		t.Errorf("/proc/acpi is not an empty read-only directory: %q", res.Stdout)
 	}
 	rep := sb.Report()
-	if !slices.Equal(rep.UIDMap, []string{"0-65535 -> 100000-165535"}) {
+	if !slices.Equal(rep.UIDMap, []string{fmt.Sprintf("0-%d -> %d-%d", count-1, base, base+count-1)}) {
 		t.Errorf("report uid_map = %q", rep.UIDMap)
 	}
 	if !slices.Equal(rep.Capabilities, slices.Sorted(slices.Values(sandbox.ContainerCapabilities))) {

@@ -20,8 +20,19 @@
 // Limits: a per-command cgroup (v2 when delegated, v1 pids/memory/cpu when
 // the engine is root on a hybrid host), which the command's first process
 // is forked into, plus rlimits (address space when no memory cgroup
-// applies, file size, core, and RLIMIT_NPROC, which binds now that root
-// inside is not the host's uid 0).
+// applies, file size, core, and, only without a pids cgroup, RLIMIT_NPROC,
+// which binds now that root inside is not the host's uid 0 but refuses
+// forks without a trace). disk_mb puts everything the sandbox can write
+// (the overlay's upper and work directories, /tmp, /dev/shm) on one tmpfs
+// of that size and makes the rest of /dev read-only.
+//
+// What the rung refuses shows in each command's result: the exec server
+// installs the seccomp filter on the thread that forks the command, with a
+// listener of its own (user notification), answers the refused syscalls
+// with EPERM and records them, and records connect/sendto/sendmsg to
+// addresses past loopback (which the network namespace refuses); pids.max
+// and OOM events, a full disk_mb filesystem, timeouts and SIGXFSZ are
+// denials too.
 //
 // The engine binary re-executes itself as those helpers, so programs (and
 // tests) that use this package call reexec.Init first thing in main.

@@ -63,18 +63,23 @@ type Sandbox struct {
 	// sandboxes use too; it is not removed with this one.
 	sharedStub bool
 	tmp        string
-	workdir    string
-	noImage    bool
-	root       *overlay.Root
-	cgroups    *limits.Cgroups
-	rlimits    limits.Plan
-	nproc      bool // RLIMIT_NPROC applied inside (non-root engines only)
-	seccomp    []byte
-	proxy      string // host path of the proxy socket bound into the sandbox
-	bridge     net.Listener
-	uid, gid   int
-	baseEnv    map[string]string
-	seq        atomic.Int64
+	// disk bounds the writable state (disk_mb): the root's upper and work
+	// directories, tmp and shm (bound at /dev/shm) live on it. Nil: no
+	// bound.
+	disk     *limits.Disk
+	shm      string
+	workdir  string
+	noImage  bool
+	root     *overlay.Root
+	cgroups  *limits.Cgroups
+	rlimits  limits.Plan
+	nproc    bool // RLIMIT_NPROC applied inside (only without a pids cgroup)
+	seccomp  []byte
+	proxy    string // host path of the proxy socket bound into the sandbox
+	bridge   net.Listener
+	uid, gid int
+	baseEnv  map[string]string
+	seq      atomic.Int64
 
 	// ns is the sandbox's user namespace map; inNS says bwrap runs as root
 	// of a namespace with it (a full map), so ids 0–65535 and a
@@ -178,15 +183,33 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 			return nil, fmt.Errorf("creating a bwrap sandbox: preparing mount points: %w", err)
 		}
 	}
-	s.tmp = filepath.Join(s.state, "tmp")
-	if err := os.Mkdir(s.tmp, 0o777); err != nil {
-		return nil, fmt.Errorf("creating a bwrap sandbox: %w", err)
+	// rootState holds the root's writable state: the state directory, or
+	// the disk_mb filesystem in it.
+	rootState := s.state
+	if cfg.Limits.DiskMB > 0 {
+		if os.Geteuid() != 0 {
+			return nil, fmt.Errorf("creating a bwrap sandbox: disk_mb=%d needs the engine to run as root on the bwrap rung (the bound is a tmpfs it mounts); run as root, use the docker rung, or leave disk_mb unset", cfg.Limits.DiskMB)
+		}
+		if s.disk, err = limits.MountDisk(filepath.Join(s.state, "disk"), cfg.Limits.DiskMB, s.hostUID, s.hostGID); err != nil {
+			return nil, fmt.Errorf("creating a bwrap sandbox: %w", err)
+		}
+		rootState = s.disk.Dir
+		s.shm = filepath.Join(rootState, "shm")
 	}
-	if err := os.Chmod(s.tmp, 0o1777); err != nil {
-		return nil, fmt.Errorf("creating a bwrap sandbox: %w", err)
-	}
-	if err := s.chownHost(s.tmp); err != nil {
-		return nil, fmt.Errorf("creating a bwrap sandbox: %w", err)
+	s.tmp = filepath.Join(rootState, "tmp")
+	for _, d := range []string{s.tmp, s.shm} {
+		if d == "" {
+			continue
+		}
+		if err := os.Mkdir(d, 0o777); err != nil {
+			return nil, fmt.Errorf("creating a bwrap sandbox: %w", err)
+		}
+		if err := os.Chmod(d, 0o1777); err != nil {
+			return nil, fmt.Errorf("creating a bwrap sandbox: %w", err)
+		}
+		if err := s.chownHost(d); err != nil {
+			return nil, fmt.Errorf("creating a bwrap sandbox: %w", err)
+		}
 	}
 
 	// Snapshot layers were written inside, so their files carry host ids
@@ -208,7 +231,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 	if s.inNS {
 		shift = overlay.Shift{Userns: s.ns.fd, Layers: shifted, HostID: s.hostID}
 	}
-	if s.root, err = overlay.MountShifted(lowers, s.state, shift); err != nil {
+	if s.root, err = overlay.MountShifted(lowers, rootState, shift); err != nil {
 		return nil, fmt.Errorf("creating a bwrap sandbox: %w", err)
 	}
 
@@ -234,11 +257,13 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 		return nil, fmt.Errorf("creating a bwrap sandbox: sandbox.cgroup %q: %w", cfg.Limits.Cgroup, err)
 	}
 	s.rlimits = limits.PlanRlimits(cfg.Limits, !s.cgroups.HasMemory())
-	// RLIMIT_NPROC binds unless root inside is the host's uid 0, which the
-	// kernel exempts (it counts per user namespace, so sandboxes sharing a
-	// map do not share the count).
-	s.nproc = s.hostUID != 0 && s.rlimits.NProc > 0
-	if s.seccomp, err = limits.SeccompFilter(); err != nil {
+	// RLIMIT_NPROC is the process cap only without a pids cgroup: a fork
+	// it refuses leaves no trace, while pids.max counts its refusals (and
+	// a command's cgroup holds all it starts). It binds unless root inside
+	// is the host's uid 0, which the kernel exempts (it counts per user
+	// namespace, so sandboxes sharing a map do not share the count).
+	s.nproc = s.hostUID != 0 && s.rlimits.NProc > 0 && s.cgroups == nil
+	if s.seccomp, err = limits.SeccompNotifyFilter(); err != nil {
 		return nil, err
 	}
 
@@ -309,12 +334,21 @@ func (s *Sandbox) makeReport(cgNote string) sandbox.Report {
 	if s.nproc {
 		rep.Limits = append(rep.Limits, limits.Rlimit{Name: "nproc", Value: s.rlimits.NProc}.Describe())
 	}
+	if s.disk != nil {
+		rep.Limits = append(rep.Limits, s.disk.Describe())
+	}
 	rep.Limits = append(rep.Limits, fmt.Sprintf("timeout=%s", sandbox.CommandTimeout(s.cfg, sandbox.ExecRequest{})))
 	rep.Notes = append(rep.Notes, cgNote)
-	if !s.nproc && s.cgroups == nil {
+	switch {
+	case s.cgroups != nil:
+		rep.Notes = append(rep.Notes, "processes are capped by each command's pids cgroup, whose refused forks are recorded as pids denials; RLIMIT_NPROC is not set, so no fork is refused unseen")
+	case s.nproc:
+		rep.Notes = append(rep.Notes, "processes are capped by RLIMIT_NPROC (no pids cgroup): a fork it refuses leaves no event, so a pids denial is inferred from a fork failure on stderr")
+	default:
 		rep.Notes = append(rep.Notes, "no process cap: RLIMIT_NPROC does not bind uid 0 and no pids cgroup is available; fork bombs are bounded only by the command timeout")
-	} else if !s.nproc {
-		rep.Notes = append(rep.Notes, "RLIMIT_NPROC not used (the sandbox's root is the host's uid 0, which the kernel exempts); the pids cgroup caps processes")
+	}
+	if s.disk != nil {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("disk_mb: the root's changes, the workdir, /tmp and /dev/shm share a %d MB tmpfs (writes past it fail with ENOSPC; /dev is read-only); it is memory, so its pages also count against the writing command's memory limit; a full layer after (or while) a command runs is recorded as a disk denial", s.disk.MB))
 	}
 	if !s.cgroups.HasMemory() && s.cfg.Limits.MemoryMB > 0 {
 		rep.Notes = append(rep.Notes, "memory is capped by RLIMIT_AS (address space): allocations fail instead of an OOM kill, and runtimes reserving large virtual ranges may need more")
@@ -325,6 +359,10 @@ func (s *Sandbox) makeReport(cgNote string) sandbox.Report {
 		caps = "capabilities: Docker's default set, inside the user namespace only (root inside is uid " + strconv.Itoa(s.hostUID) + " outside); a command run as another user has none"
 	}
 	rep.Notes = append(rep.Notes, "namespaces: user, mount, pid, net, ipc, uts, cgroup; "+caps+"; seccomp denies "+strings.Join(limits.DeniedSyscallNames(), ", "))
+	rep.Notes = append(rep.Notes, "observed: the exec server supervises each command's seccomp filter (user notification), so refused syscalls become syscall denials and connect/sendto/sendmsg to addresses past loopback (refused by the network namespace, which has only lo) become network denials, the first 10 distinct per kind with counts; signals sent to PID 1 are recorded as ignored; destinations are read from the caller's memory, so a call whose address another thread rewrites meanwhile may go unrecorded, never through")
+	if !s.inNS {
+		rep.Notes = append(rep.Notes, "without a multi-id user namespace the exec server has no CAP_SYS_PTRACE: a process that makes itself non-dumpable hides its network destinations from the record (its calls are still refused)")
+	}
 	rep.Notes = append(rep.Notes, "masked: "+strings.Join(procPaths(sandbox.MaskedPaths), ", ")+"; read-only: "+strings.Join(procPaths(sandbox.ReadOnlyPaths), ", ")+" (those absent on this kernel need no mask); /sys is not mounted")
 	exec := "commands are forked by an exec server that is PID 1 of the sandbox's namespaces (not dumpable, unkillable from inside); each runs in its own session"
 	if s.cgroups != nil {
@@ -620,9 +658,22 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	var ex execserver.ExitMsg
 	killed := false
 	var grace <-chan time.Time
+	// A full disk_mb layer is looked for while the command runs too, so a
+	// command that fills it and deletes what it wrote is seen (mostly).
+	var diskFull string
+	var diskTick <-chan time.Time
+	if s.disk != nil {
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		diskTick = t.C
+	}
 wait:
 	for {
 		select {
+		case <-diskTick:
+			if diskFull = s.diskFull(); diskFull != "" {
+				diskTick = nil
+			}
 		case tid := <-c.join:
 			back, err := s.joinCgroup(srv, cg, tid)
 			if err != nil {
@@ -695,7 +746,59 @@ wait:
 		res.ExitCode = 128 + int(syscall.SIGKILL)
 	}
 	res.Denials = s.denials(res, cg, timedOut, timeout)
+	res.Denials = append(res.Denials, s.refusals(done.Denials)...)
+	if s.disk != nil && diskFull == "" {
+		diskFull = s.diskFull()
+	}
+	if diskFull != "" {
+		res.Denials = append(res.Denials, sandbox.Denial{Kind: "disk", Detail: diskFull})
+	}
 	return res, stopErr
+}
+
+// diskFull describes a full disk_mb filesystem ("" when it has room).
+func (s *Sandbox) diskFull() string {
+	full, detail, err := s.disk.Full()
+	if err != nil {
+		slog.Warn("checking the bwrap sandbox's disk", "err", err)
+	}
+	if !full {
+		return ""
+	}
+	return detail
+}
+
+// refusals turns what the exec server's seccomp supervisor recorded into
+// denials.
+func (s *Sandbox) refusals(ds []execserver.Denial) []sandbox.Denial {
+	var out []sandbox.Denial
+	for _, d := range ds {
+		times := ""
+		if d.Count > 1 {
+			times = fmt.Sprintf(" (%d times)", d.Count)
+		}
+		switch {
+		case d.Syscall == -1:
+			out = append(out, sandbox.Denial{Kind: d.Kind, Detail: fmt.Sprintf("%d more refused attempts of this kind, not listed", d.Count)})
+		case d.Kind == "network":
+			out = append(out, sandbox.Denial{Kind: d.Kind, Detail: fmt.Sprintf("%s refused%s: network %s, the sandbox's namespace has only loopback", d.Detail, times, s.currentPolicy().Network)})
+		default:
+			name := limits.SyscallName(d.Syscall)
+			if name == "" {
+				name = "syscall " + strconv.Itoa(d.Syscall)
+			}
+			if d.Detail != "" {
+				name += "(" + d.Detail + ")"
+			}
+			if limits.IsSignalSyscall(d.Syscall) {
+				// A signal aimed at PID 1, which goes on and is ignored.
+				out = append(out, sandbox.Denial{Kind: d.Kind, Detail: fmt.Sprintf("%s ignored: PID 1 is the sandbox's exec server, which takes no signal from commands%s", name, times)})
+				continue
+			}
+			out = append(out, sandbox.Denial{Kind: d.Kind, Detail: fmt.Sprintf("%s refused by seccomp (EPERM)%s", name, times)})
+		}
+	}
+	return out
 }
 
 func (s *Sandbox) denials(res sandbox.ExecResult, cg *limits.Cgroup, timedOut bool, timeout time.Duration) []sandbox.Denial {
@@ -713,6 +816,16 @@ func (s *Sandbox) denials(res sandbox.ExecResult, cg *limits.Cgroup, timedOut bo
 		}
 		if ev.PidsMax > 0 {
 			out = append(out, sandbox.Denial{Kind: "pids", Detail: fmt.Sprintf("the process limit refused %d fork(s)", ev.PidsMax)})
+		}
+	}
+	if s.nproc {
+		// RLIMIT_NPROC makes fork fail with EAGAIN and records nothing;
+		// the shell's or runtime's complaint is the only trace.
+		for _, sig := range []string{"fork: retry", "fork: Resource temporarily unavailable", "Cannot fork", "can't fork"} {
+			if bytes.Contains(res.Stderr, []byte(sig)) {
+				out = append(out, sandbox.Denial{Kind: "pids", Detail: fmt.Sprintf("a fork failed under rlimit-nproc=%d (inferred from %q on stderr)", s.rlimits.NProc, sig)})
+				break
+			}
 		}
 	}
 	if res.ExitCode == 128+int(syscall.SIGXFSZ) {
@@ -794,6 +907,11 @@ func (s *Sandbox) cleanup() error {
 	if s.root != nil {
 		if err := s.root.Remove(); err != nil {
 			errs = append(errs, fmt.Errorf("removing bwrap sandbox root: %w", err))
+		}
+	}
+	if s.disk != nil {
+		if err := s.disk.Unmount(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if s.ownState {

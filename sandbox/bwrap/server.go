@@ -3,6 +3,7 @@ package bwrap
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -81,6 +82,10 @@ func (s *Sandbox) serverArgs(src sources) []string {
 		for _, c := range sandbox.ContainerCapabilities {
 			a = append(a, "--cap-add", c)
 		}
+		// For the server alone, to read the memory of commands whose
+		// calls the seccomp filter passes up; it drops it from what its
+		// commands can get before it serves (execserver).
+		a = append(a, "--cap-add", "CAP_SYS_PTRACE")
 	}
 	a = append(a, "--hostname", "evalsi", "--as-pid-1")
 	if !s.inNS && (s.uid != 0 || s.gid != 0) {
@@ -105,13 +110,19 @@ func (s *Sandbox) serverArgs(src sources) []string {
 		}
 		for _, d := range hiddenHostDirs {
 			if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
-				a = append(a, "--tmpfs", d)
+				// Read-only: a cover, not a place to write past disk_mb.
+				a = append(a, "--tmpfs", d, "--remount-ro", d)
 			}
 		}
 	}
 	a = append(a, "--proc", "/proc")
 	a = append(a, s.procMasks(src.empty)...)
 	a = append(a, "--dev", "/dev", "--bind", src.tmp, "/tmp")
+	if src.shm != "" {
+		// Under disk_mb nothing writable may lie outside the bound:
+		// /dev/shm is a directory on it and the rest of /dev read-only.
+		a = append(a, "--bind", src.shm, "/dev/shm", "--remount-ro", "/dev")
+	}
 	if s.cfg.ReadOnlyRoot {
 		a = append(a, "--bind", filepath.Join(merged, s.workdir), s.workdir)
 	}
@@ -122,10 +133,15 @@ func (s *Sandbox) serverArgs(src sources) []string {
 	// One P: the server mostly hands work between goroutines, which is
 	// cheaper on one thread than across several.
 	a = append(a, "--clearenv", "--setenv", reexec.Env, execserver.Helper, "--setenv", "GOMAXPROCS", "1",
-		"--chdir", s.workdir, "--seccomp", "3", "--json-status-fd", "4", "--", sandboxHelper)
+		"--chdir", s.workdir, "--json-status-fd", "3", "--", sandboxHelper)
 	if src.proxy != "" {
 		a = append(a, "--forward", sandboxProxySock, proxyPort)
 	}
+	// Not bwrap's --seccomp: the server installs the filter on each
+	// command's forking thread with a listener of its own, so what it
+	// refuses is recorded per command (execserver/notify.go); the server
+	// itself, our code, runs without it.
+	a = append(a, "--seccomp", hex.EncodeToString(s.seccomp))
 	// The server sets these on itself before it reads a request, and
 	// commands inherit them; not the address space, which the init helper
 	// sets per command (a Go runtime cannot run under it).
@@ -196,16 +212,6 @@ func (s *Sandbox) startServer(ctx context.Context, proxy string) (_ *execServer,
 			}
 		}()
 	}
-	secR, secW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	defer secR.Close()
-	if _, err := secW.Write(s.seccomp); err != nil {
-		secW.Close()
-		return nil, fmt.Errorf("starting the bwrap sandbox: passing the seccomp filter: %w", err)
-	}
-	secW.Close()
 	// readStatus owns stR: bwrap writes to it until it ends, and would
 	// die of SIGPIPE if the host closed it first.
 	stR, stW, err := os.Pipe()
@@ -247,7 +253,7 @@ func (s *Sandbox) startServer(ctx context.Context, proxy string) (_ *execServer,
 	}()
 	cmd := exec.Command(s.bwrap, s.serverArgs(src)...)
 	cmd.Env = []string{}
-	cmd.ExtraFiles = []*os.File{secR, stW} // fds 3, 4
+	cmd.ExtraFiles = []*os.File{stW} // fd 3
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, srv.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 5 * time.Second
@@ -304,16 +310,27 @@ func (s *Sandbox) startServer(ctx context.Context, proxy string) (_ *execServer,
 }
 
 // command is the argv and environment the server runs for a request:
-// under an address-space limit, through the init helper, which sets it and
-// execs the command (the server, a Go runtime, cannot run under it).
+// through the init helper, which sets rlimits the server cannot hold and
+// execs the command. Those are the address space (the server, a Go
+// runtime, cannot run under it) and, when RLIMIT_NPROC caps processes, the
+// command's own lower one: it counts the server's threads with the
+// command's processes, so the server keeps serverPidsMargin threads a
+// fork bomb cannot take (a Go runtime that cannot start a thread dies).
 func (s *Sandbox) command(argv, env []string) ([]string, []string) {
+	var pre []string
 	for _, rl := range s.rlimits.Outer {
 		if rl.Name == "as" {
-			argv = append([]string{sandboxHelper, "--rlimit", rl.String(), "--"}, argv...)
-			env = append(env, reexec.Env+"="+helperInit)
+			pre = append(pre, "--rlimit", rl.String())
 		}
 	}
-	return argv, env
+	if s.nproc {
+		pre = append(pre, "--rlimit", limits.Rlimit{Name: "nproc", Value: s.rlimits.NProc}.String())
+	}
+	if len(pre) == 0 {
+		return argv, env
+	}
+	argv = append(append(append([]string{sandboxHelper}, pre...), "--"), argv...)
+	return argv, append(env, reexec.Env+"="+helperInit)
 }
 
 // read demultiplexes the server's frames until its stdout closes.

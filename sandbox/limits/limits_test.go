@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -178,40 +180,142 @@ func TestRlimits(t *testing.T) {
 	}
 }
 
-// TestSeccompFilterShape decodes the program: whole instructions, the arch
-// check first, an allow and an EPERM return, every jump inside the program.
-// Its effect is tested for real in sandbox/bwrap (TestSeccomp).
+// TestSeccompFilterShape decodes the programs: whole instructions, the arch
+// check first, every jump inside the program, and the returns each needs.
+// Their effect is tested for real in sandbox/bwrap (TestSeccomp,
+// TestSyscallDenials).
 func TestSeccompFilterShape(t *testing.T) {
-	prog, err := SeccompFilter()
+	for _, c := range []struct {
+		name string
+		make func() ([]byte, error)
+		want []uint32
+	}{
+		{"plain", SeccompFilter, []uint32{retAllow, retEPERM, retENOSYS}},
+		{"notify", SeccompNotifyFilter, []uint32{retAllow, retEPERM, retENOSYS, retNotify}},
+	} {
+		prog, err := c.make()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(prog)%8 != 0 || len(prog)/8 > 255 {
+			t.Fatalf("%s: filter is %d bytes", c.name, len(prog))
+		}
+		n := len(prog) / 8
+		var rets []uint32
+		for i := range n {
+			code := binary.NativeEndian.Uint16(prog[8*i:])
+			jt, jf := int(prog[8*i+2]), int(prog[8*i+3])
+			k := binary.NativeEndian.Uint32(prog[8*i+4:])
+			if i == 0 && (code != bpfLdWAbs || k != 4) {
+				t.Errorf("%s: first instruction must load the arch", c.name)
+			}
+			if code&0x07 == unix.BPF_JMP && (i+1+jt >= n || i+1+jf >= n) {
+				t.Errorf("%s: instruction %d jumps outside the program", c.name, i)
+			}
+			if code == bpfRetK {
+				rets = append(rets, k)
+			}
+		}
+		for _, want := range c.want {
+			if !slices.Contains(rets, want) {
+				t.Errorf("%s: no return %#x in the filter", c.name, want)
+			}
+		}
+	}
+}
+
+// runFilter interprets prog (the instructions the filters use) on one
+// struct seccomp_data.
+func runFilter(t *testing.T, prog []byte, nr int, args ...uint64) uint32 {
+	t.Helper()
+	data := make([]byte, 64)
+	binary.NativeEndian.PutUint32(data[0:], uint32(nr))
+	binary.NativeEndian.PutUint32(data[4:], auditArch)
+	for i, a := range args {
+		binary.NativeEndian.PutUint64(data[16+8*i:], a)
+	}
+	var acc uint32
+	for pc := 0; pc < len(prog)/8; pc++ {
+		code := binary.NativeEndian.Uint16(prog[8*pc:])
+		jt, jf := int(prog[8*pc+2]), int(prog[8*pc+3])
+		k := binary.NativeEndian.Uint32(prog[8*pc+4:])
+		jump := func(cond bool) {
+			if cond {
+				pc += jt
+			} else {
+				pc += jf
+			}
+		}
+		switch code {
+		case bpfLdWAbs:
+			acc = binary.NativeEndian.Uint32(data[k:])
+		case bpfJeqK:
+			jump(acc == k)
+		case bpfJgeK:
+			jump(acc >= k)
+		case bpfJsetK:
+			jump(acc&k != 0)
+		case bpfRetK:
+			return k
+		default:
+			t.Fatalf("instruction %d: unknown code %#x", pc, code)
+		}
+	}
+	t.Fatal("the filter ran off its end")
+	return 0
+}
+
+// The notifying filter passes refusals and the watched calls up, and only
+// those: what the plain filter refuses is never allowed by it.
+func TestSeccompNotifyFilter(t *testing.T) {
+	plain, err := SeccompFilter()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(prog)%8 != 0 || len(prog)/8 > 255 {
-		t.Fatalf("filter is %d bytes", len(prog))
+	notify, err := SeccompNotifyFilter()
+	if err != nil {
+		t.Fatal(err)
 	}
-	n := len(prog) / 8
-	var rets []uint32
-	for i := range n {
-		code := binary.NativeEndian.Uint16(prog[8*i:])
-		jt, jf := int(prog[8*i+2]), int(prog[8*i+3])
-		k := binary.NativeEndian.Uint32(prog[8*i+4:])
-		if i == 0 && (code != bpfLdWAbs || k != 4) {
-			t.Errorf("first instruction must load the arch")
+	for _, c := range []struct {
+		name         string
+		nr           int
+		args         []uint64
+		plain, notif uint32
+	}{
+		{"mount", unix.SYS_MOUNT, nil, retEPERM, retNotify},
+		{"ptrace", unix.SYS_PTRACE, []uint64{16, 1}, retEPERM, retNotify},
+		{"unshare user", unix.SYS_UNSHARE, []uint64{unix.CLONE_NEWUSER}, retEPERM, retNotify},
+		{"unshare mount", unix.SYS_UNSHARE, []uint64{unix.CLONE_NEWNS}, retAllow, retAllow},
+		{"clone3", unix.SYS_CLONE3, nil, retENOSYS, retENOSYS},
+		{"connect", unix.SYS_CONNECT, nil, retAllow, retNotify},
+		{"sendto connected", unix.SYS_SENDTO, []uint64{3, 0, 1, 0, 0, 0}, retAllow, retAllow},
+		{"sendto address", unix.SYS_SENDTO, []uint64{3, 0, 1, 0, 0x7f0000001000, 16}, retAllow, retNotify},
+		{"sendto address above 4 GiB", unix.SYS_SENDTO, []uint64{3, 0, 1, 0, 1 << 32, 16}, retAllow, retNotify},
+		{"sendmsg", unix.SYS_SENDMSG, nil, retAllow, retNotify},
+		{"sendmmsg", unix.SYS_SENDMMSG, nil, retAllow, retNotify},
+		{"kill pid 1", unix.SYS_KILL, []uint64{1, 9}, retAllow, retNotify},
+		{"kill other", unix.SYS_KILL, []uint64{7, 9}, retAllow, retAllow},
+		{"kill pid 1+2^32", unix.SYS_KILL, []uint64{1 | 1<<32, 9}, retAllow, retAllow},
+		{"tgkill pid 1", unix.SYS_TGKILL, []uint64{1, 1, 15}, retAllow, retNotify},
+		{"read", unix.SYS_READ, nil, retAllow, retAllow},
+		{"x32", 0x40000000 | unix.SYS_MOUNT, nil, retEPERM, retEPERM},
+	} {
+		if c.name == "x32" && runtime.GOARCH != "amd64" {
+			continue
 		}
-		if code&0x07 == unix.BPF_JMP && (i+1+jt >= n || i+1+jf >= n) {
-			t.Errorf("instruction %d jumps outside the program", i)
+		if got := runFilter(t, plain, c.nr, c.args...); got != c.plain {
+			t.Errorf("%s: plain filter returns %#x, want %#x", c.name, got, c.plain)
 		}
-		if code == bpfRetK {
-			rets = append(rets, k)
+		if got := runFilter(t, notify, c.nr, c.args...); got != c.notif {
+			t.Errorf("%s: notifying filter returns %#x, want %#x", c.name, got, c.notif)
 		}
 	}
-	for _, want := range []uint32{retAllow, retEPERM, retENOSYS} {
-		found := false
-		for _, r := range rets {
-			found = found || r == want
+	for _, s := range append(deniedSyscalls, archDenied...) {
+		if got := runFilter(t, notify, int(s.nr)); got != retNotify {
+			t.Errorf("%s: notifying filter returns %#x, want notify", s.name, got)
 		}
-		if !found {
-			t.Errorf("no return %#x in the filter", want)
+		if SyscallName(int(s.nr)) != s.name {
+			t.Errorf("SyscallName(%d) = %q, want %q", s.nr, SyscallName(int(s.nr)), s.name)
 		}
 	}
 }

@@ -4,7 +4,7 @@ import "golang.org/x/sys/unix"
 
 const auditArch = unix.AUDIT_ARCH_X86_64
 
-var archDenied = []uintptr{unix.SYS_IOPL, unix.SYS_IOPERM}
+var archDenied = []syscallName{{unix.SYS_IOPL, "iopl"}, {unix.SYS_IOPERM, "ioperm"}}
 
 // archPrologue refuses the x32 ABI, whose syscall numbers have bit 30 set
 // and would otherwise slip past the number comparisons.

@@ -213,14 +213,23 @@ func (r *Root) Unmount() error {
 }
 
 // Snapshot unmounts the root and moves its changes (the upper directory, or
-// the whole copy) to dest, which must not exist and must be on the same
-// filesystem as the state directory: a rename, constant-time whatever the
-// size of the layers below. The root is unusable afterwards.
+// the whole copy) to dest, which must not exist: a rename, constant-time
+// whatever the size of the layers below, or, when dest is on another
+// filesystem than the state directory, a copy of the changes. The root is
+// unusable afterwards.
 func (r *Root) Snapshot(dest string) error {
 	if err := r.Unmount(); err != nil {
 		return err
 	}
-	if err := os.Rename(r.upper, dest); err != nil {
+	err := os.Rename(r.upper, dest)
+	if errors.Is(err, unix.EXDEV) {
+		// The changes live on a filesystem of their own (a disk_mb
+		// tmpfs): the layer is a copy, at the cost of its size.
+		if err = copyTree(r.upper, dest); err != nil {
+			removeAll(dest)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("moving the sandbox's changes to layer %s: %w", dest, err)
 	}
 	r.upper = ""

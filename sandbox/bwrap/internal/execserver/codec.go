@@ -129,12 +129,32 @@ func (m DoneMsg) Marshal() []byte {
 	var e enc
 	e.bool(m.TruncatedStdout)
 	e.bool(m.TruncatedStderr)
+	e.uint(uint64(len(m.Denials)))
+	for _, dn := range m.Denials {
+		e.string(dn.Kind)
+		e.uint(uint64(dn.Syscall + 1)) // -1 (the overflow entry) is 0
+		e.string(dn.Detail)
+		e.uint(uint64(dn.Count))
+	}
 	return e.b
 }
 
 func (m *DoneMsg) Unmarshal(b []byte) error {
 	d := dec{b: b}
 	m.TruncatedStdout, m.TruncatedStderr = d.bool(), d.bool()
+	n := d.uint()
+	if n > uint64(len(d.b)) {
+		return errMalformed
+	}
+	m.Denials = nil
+	for range n {
+		var dn Denial
+		dn.Kind = d.string()
+		dn.Syscall = int(d.uint()) - 1
+		dn.Detail = d.string()
+		dn.Count = int(d.uint())
+		m.Denials = append(m.Denials, dn)
+	}
 	return d.end()
 }
 

@@ -18,10 +18,12 @@ func TestMessagesRoundTrip(t *testing.T) {
 	if err := gotExit.Unmarshal(exit.Marshal()); err != nil || gotExit != exit {
 		t.Errorf("ExitMsg: %+v, %v; want %+v", gotExit, err, exit)
 	}
-	done := DoneMsg{TruncatedStderr: true}
-	var gotDone DoneMsg
-	if err := gotDone.Unmarshal(done.Marshal()); err != nil || gotDone != done {
-		t.Errorf("DoneMsg: %+v, %v; want %+v", gotDone, err, done)
+	for _, done := range []DoneMsg{{TruncatedStderr: true}, {Denials: []Denial{
+		{Kind: "syscall", Syscall: 165, Count: 2}, {Kind: "network", Syscall: 0, Detail: "connect to 198.18.1.2:80", Count: 1}, {Kind: "network", Syscall: -1, Count: 7}}}} {
+		var gotDone DoneMsg
+		if err := gotDone.Unmarshal(done.Marshal()); err != nil || !reflect.DeepEqual(gotDone, done) {
+			t.Errorf("DoneMsg: %+v, %v; want %+v", gotDone, err, done)
+		}
 	}
 	join := JoinMsg{Tid: 4242}
 	var gotJoin JoinMsg
@@ -61,5 +63,28 @@ func TestFrames(t *testing.T) {
 	}
 	if _, _, _, err := ReadFrame(r); err == nil {
 		t.Errorf("reading past the last frame: no error")
+	}
+}
+
+func TestParseSockaddr(t *testing.T) {
+	in4 := []byte{2, 0, 0, 80, 198, 18, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0}
+	in6 := append([]byte{10, 0, 0, 53, 0, 0, 0, 0}, make([]byte, 20)...)
+	in6[8], in6[9], in6[23] = 0x20, 0x01, 1
+	unixAddr := append([]byte{1, 0}, "/tmp/s\x00"...)
+	for _, c := range []struct {
+		b    []byte
+		want string
+		ok   bool
+	}{
+		{in4, "198.18.1.2:80", true},
+		{in6, "[2001::1]:53", true},
+		{unixAddr, "", false},
+		{in4[:6], "", false},
+		{nil, "", false},
+	} {
+		got, ok := parseSockaddr(c.b)
+		if ok != c.ok || (ok && got.String() != c.want) {
+			t.Errorf("parseSockaddr(%v) = %v, %v; want %s, %v", c.b, got, ok, c.want, c.ok)
+		}
 	}
 }

@@ -7,9 +7,12 @@
 // ones, which is most of what a bwrap invocation costs.
 //
 // Why a command stays as contained as under its own bwrap invocation:
-//   - it inherits the seccomp filter and the capabilities bwrap gave the
-//     server (a container's set, inside the sandbox's user namespace, or
-//     none), and the rlimits the server sets on itself before serving;
+//   - it is forked under the sandbox's seccomp filter, which the server
+//     installs on the forking thread alone, with a listener it supervises
+//     (notify.go); it inherits the capabilities bwrap gave the server (a
+//     container's set, inside the sandbox's user namespace, or none) but
+//     CAP_SYS_PTRACE, which the server keeps to itself, and the rlimits
+//     the server sets on itself before serving;
 //   - it gets its own session and (with cgroups) its own cgroup, which its
 //     first process is in from the start: the server forks it from a thread
 //     the host has moved into that cgroup (cgroup v1; that thread ends right
@@ -31,6 +34,7 @@ package execserver
 import (
 	"bufio"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +46,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"evals.si/sandbox/reexec"
 )
@@ -101,6 +106,9 @@ type ExitMsg struct {
 type DoneMsg struct {
 	TruncatedStdout bool
 	TruncatedStderr bool
+	// Denials are the attempts the seccomp filter refused (and passed to
+	// the server) while the command ran.
+	Denials []Denial
 }
 
 func WriteFrame(w io.Writer, kind byte, id uint32, payload []byte) error {
@@ -140,6 +148,9 @@ func fail(err error) int {
 type server struct {
 	wmu sync.Mutex
 	out io.Writer
+	// filter is the seccomp program each command's first process is forked
+	// under (notify.go); nil: none (the host passed none).
+	filter []byte
 
 	mu       sync.Mutex
 	calls    map[uint32]*serverCall
@@ -154,8 +165,9 @@ type serverCall struct {
 	pid    int
 }
 
-// Main: [--forward SOCK PORT] [--rlimit RESOURCE=N]...; PORT is on
-// 127.0.0.1, RESOURCE a number (RLIMIT_*).
+// Main: [--forward SOCK PORT] [--rlimit RESOURCE=N]... [--seccomp HEX]; PORT
+// is on 127.0.0.1, RESOURCE a number (RLIMIT_*), HEX a struct sock_filter
+// array that passes what it refuses to the server (SECCOMP_RET_USER_NOTIF).
 func Main(args []string) int {
 	// bwrap's status and block pipes are inherited without close-on-exec;
 	// commands must get only the stdio the server gives them.
@@ -164,6 +176,9 @@ func Main(args []string) int {
 	}
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); e != 0 {
 		return fail(fmt.Errorf("making the server non-dumpable: %w", e))
+	}
+	if err := keepPtraceToSelf(); err != nil {
+		return fail(err)
 	}
 	// Every signal a command sends PID 1 lands here and is dropped;
 	// SIGCHLD also means children to reap.
@@ -184,6 +199,13 @@ func Main(args []string) int {
 				return fail(err)
 			}
 			args = args[3:]
+		case args[0] == "--seccomp" && len(args) >= 2:
+			b, err := hex.DecodeString(args[1])
+			if err != nil || len(b) == 0 || len(b)%8 != 0 {
+				return fail(fmt.Errorf("bad seccomp program %q", args[1]))
+			}
+			sv.filter = b
+			args = args[2:]
 		case args[0] == "--rlimit" && len(args) >= 2:
 			if err := setRlimit(args[1]); err != nil {
 				return fail(fmt.Errorf("rlimit %s: %w", args[1], err))
@@ -341,7 +363,48 @@ const (
 	sysCloseRange     = 436
 	closeRangeCloexec = 1 << 2
 	prSetDumpable     = 4
+	prCapbsetDrop     = 24
+	prCapAmbient      = 47
+	prCapAmbientLower = 3
+	capSysPtrace      = 19
+	capVersion3       = 0x20080522
 )
+
+// keepPtraceToSelf: bwrap gives the server CAP_SYS_PTRACE (inside the
+// sandbox's user namespace) so that it can read the memory of any command
+// whose call its seccomp filter passes up, whatever its uid or dumpability;
+// commands must not get it. It is dropped from the bounding, inheritable and
+// ambient sets of every thread, which a command's capabilities after exec
+// are computed from, and kept in the server's effective set.
+func keepPtraceToSelf() error {
+	hdr := struct {
+		version uint32
+		pid     int32
+	}{version: capVersion3}
+	var data [2]struct{ effective, permitted, inheritable uint32 }
+	if _, _, e := syscall.RawSyscall(syscall.SYS_CAPGET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("reading the server's capabilities: %w", e)
+	}
+	if data[0].permitted&(1<<capSysPtrace) == 0 {
+		return nil // bwrap gave none (no capabilities at all, or not asked)
+	}
+	data[0].inheritable &^= 1 << capSysPtrace
+	for _, c := range []struct {
+		what       string
+		trap       uintptr
+		a1, a2, a3 uintptr
+	}{
+		{"lowering the ambient CAP_SYS_PTRACE", syscall.SYS_PRCTL, prCapAmbient, prCapAmbientLower, capSysPtrace},
+		{"dropping CAP_SYS_PTRACE from the bounding set", syscall.SYS_PRCTL, prCapbsetDrop, capSysPtrace, 0},
+		{"dropping the inheritable CAP_SYS_PTRACE", syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0},
+	} {
+		// Every thread: a command is forked from any of them.
+		if _, _, e := syscall.AllThreadsSyscall(c.trap, c.a1, c.a2, c.a3); e != 0 {
+			return fmt.Errorf("%s: %w", c.what, e)
+		}
+	}
+	return nil
+}
 
 func (sv *server) send(kind byte, id uint32, payload []byte) {
 	sv.wmu.Lock()
@@ -381,8 +444,12 @@ var errKilledBeforeStart = errors.New("killed before it started")
 type started struct {
 	p     *os.Process
 	waitc chan syscall.WaitStatus
+	sup   *supervisor
 	err   error
 }
+
+// errSetup is a failure of the sandbox, not of the command.
+type errSetup struct{ error }
 
 // start starts a command and registers it for reaping, under mu so that
 // reap cannot collect it first and kill sees its pid.
@@ -463,11 +530,11 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 
 	res := make(chan started, 1)
 	go func() {
+		// Never unlocked: the thread ends with this goroutine, right
+		// after the fork, so nothing else ever runs on it while it is in
+		// the command's cgroup or under its seccomp filter.
+		runtime.LockOSThread()
 		if m.Join {
-			// Never unlocked: the thread ends with this goroutine, right
-			// after the fork, so nothing else ever runs on it while it
-			// is in the command's cgroup.
-			runtime.LockOSThread()
 			sv.sendMsg(FrameJoin, id, JoinMsg{Tid: syscall.Gettid()})
 			select {
 			case <-c.goc:
@@ -476,7 +543,20 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 				return
 			}
 		}
-		res <- sv.start(c, bin, argv, attr)
+		var sup *supervisor
+		if sv.filter != nil {
+			fd, err := installFilter(sv.filter)
+			if err == nil {
+				sup, err = supervise(fd)
+			}
+			if err != nil {
+				res <- started{err: errSetup{err}}
+				return
+			}
+		}
+		st := sv.start(c, bin, argv, attr)
+		st.sup = sup
+		res <- st
 	}()
 	st := <-res
 	stdin.Close()
@@ -488,8 +568,15 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 		if stdinW != nil {
 			stdinW.Close()
 		}
+		if st.sup != nil {
+			st.sup.stop()
+		}
 		if errors.Is(st.err, errKilledBeforeStart) {
 			finish(128+int(syscall.SIGKILL), "", "")
+			return
+		}
+		if se, ok := st.err.(errSetup); ok {
+			finish(0, se.Error(), "")
 			return
 		}
 		finish(127, "", fmt.Sprintf("evalsi: execvp %s: %v\n", m.Argv[0], st.err))
@@ -552,6 +639,9 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 	}
 	outR.Close()
 	errR.Close()
+	if st.sup != nil {
+		done.Denials = st.sup.stop()
+	}
 	sv.sendMsg(FrameDone, id, done)
 }
 

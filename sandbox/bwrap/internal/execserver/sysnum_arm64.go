@@ -1,0 +1,7 @@
+package execserver
+
+// Syscall numbers package syscall lacks on this architecture.
+const (
+	sysSeccomp  = 277
+	sysSendmmsg = 269
+)
