@@ -1,12 +1,20 @@
 // Package docker is the "docker" sandbox rung (isolation level container):
 // one container per sandbox through the Docker Engine API.
 //
-// The container runs docker's init (tini) with `sleep infinity` under it,
-// with --network none unless the policy is allow (default bridge), memory
-// and swap limited to MemoryMB, a pids limit (PidsMax, default 512), every
-// capability dropped, no-new-privileges, and with ReadOnlyRoot a read-only
-// root whose workdir and /tmp are anonymous volumes. It is force-removed,
-// with its volumes, at Close.
+// The rung runs only on a daemon whose containers' root is an unprivileged
+// uid on the host: user-namespace remapping ("userns-remap" in
+// daemon.json) or rootless Docker (Probe and Create check `docker info`);
+// the report's UIDMap is the daemon's remap range.
+//
+// The container's pid 1 is its keeper (keeper.go): a shell restarting
+// `sleep infinity`, or with egress the proxy forwarder. It runs with
+// --network none unless the policy is allow without an egress proxy
+// (default bridge), memory and swap limited to MemoryMB, a pids limit
+// (PidsMax, default 512), Docker's default capabilities (neither added nor
+// dropped: what `docker build` RUN steps get), no-new-privileges, Docker's
+// default seccomp profile, sandbox.MaskedPaths and ReadOnlyPaths, and with
+// ReadOnlyRoot a read-only root whose workdir and /tmp are anonymous
+// volumes. It is force-removed, with its volumes, at Close.
 //
 // Images: a snapshot layer (Layer.Ref, an image ID) is used as is; else
 // Config.Image when the daemon already holds it; else Config.Root is
@@ -14,29 +22,30 @@
 // derived from a key over the root's file list (path, mode, size, mtime);
 // with neither, an almost empty image gets the host's /usr, /etc and
 // /lib* bound read-only (/bin, /lib and /lib64 follow the host's symlinks;
-// /sbin is an empty directory since docker's init is mounted there and
-// /usr/sbin is on PATH). Directory layers are copied over the image in a
-// temporary container and committed (overlay whiteouts in them are not
-// applied).
+// /sbin is an empty directory and /usr/sbin is on PATH). Directory layers
+// are copied over the image in a temporary container and committed
+// (overlay whiteouts in them are not applied). A userns-remap daemon keeps
+// images per remapped root: images loaded before remapping was turned on
+// are not seen.
 //
 // Exec uses the exec API. The API cannot kill an exec, so when a command
 // ends or times out a second exec, as the command's user, SIGKILLs every
-// process in the container except init and the keeper: this kills what the
-// command left running and, on timeout, the command itself. Both need
-// /bin/sh in the image. Init and the keeper (`sleep infinity`, or the proxy
-// forwarder) run as KeeperUID, commands as Config.User, else the image's
-// user, else root: without CAP_KILL a command cannot signal the keeper,
-// whose death would stop the container. An exec
-// that dies by SIGKILL under a memory limit when docker reports OOMKilled (or
-// without any other SIGKILL source) is reported as an "oom" denial.
+// process in the container except pid 1: this kills what the command left
+// running and, on timeout, the command itself. Both need /bin/sh in the
+// image. Commands run as Config.User, else the image's user, else root. An
+// exec that dies by SIGKILL under a memory limit when docker reports
+// OOMKilled (or without any other SIGKILL source) is reported as an "oom"
+// denial.
 //
-// Network allowlist keeps --network none: a host-side relay socket to the
-// egress proxy (sandbox/bridge.Relay, connectable by the keeper's uid) and
-// the engine binary are bound into the container, and the binary,
-// re-executed as the sandbox/bridge forwarder, is the keeper: it listens on
-// 127.0.0.1:3128 and relays to the socket; HTTP(S)_PROXY points at it. The
-// engine binary must be static (CGO_ENABLED=0) unless the image has its
-// loader, and the daemon must share the engine's filesystem (bind mounts).
+// Network allowlist, and allow with an egress proxy (the engine gives one:
+// Docker's bridge reaches every host address but 127.0.0.1), keep
+// --network none: a host-side relay socket to the egress proxy
+// (sandbox/bridge.Relay, connectable by any uid) and the engine binary are
+// bound into the container, and the binary, re-executed as the forwarder,
+// is pid 1: it listens on 127.0.0.1:3128 and relays to the socket;
+// HTTP(S)_PROXY points at it. The engine binary must be static
+// (CGO_ENABLED=0) unless the image has its loader, and the daemon must
+// share the engine's filesystem (bind mounts).
 package docker
 
 import (
@@ -46,7 +55,6 @@ import (
 	"io"
 	"path"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -61,11 +69,6 @@ import (
 
 // Name is the rung's name in the ladder.
 const Name = "docker"
-
-// KeeperUID is the uid the container's init and keeper process run as: one
-// that commands do not run as (unless Config.User names it), so they cannot
-// kill the keeper. It is below 65536 to map under userns-remap.
-const KeeperUID = "65533"
 
 // DefaultPidsMax applies when Limits.PidsMax is zero.
 const DefaultPidsMax = 512
@@ -87,6 +90,10 @@ type Rung struct {
 	once sync.Once
 	cli  *client.Client
 	err  error
+
+	// uidMap is the daemon's id mapping once it has been checked.
+	mu     sync.Mutex
+	uidMap []string
 }
 
 // New returns the docker rung; opts replace the default client options
@@ -127,9 +134,31 @@ func (r *Rung) Probe(ctx context.Context) sandbox.Probe {
 		p.Reason = fmt.Sprintf("docker daemon at %s unreachable: %v", cli.DaemonHost(), err)
 		return p
 	}
+	uidMap, err := r.checkUserNS(ctx, cli)
+	if err != nil {
+		p.Reason = err.Error()
+		return p
+	}
 	p.Works = true
-	p.Reason = fmt.Sprintf("docker daemon API %s at %s", ping.APIVersion, cli.DaemonHost())
+	p.Reason = fmt.Sprintf("docker daemon API %s at %s; uid map %s", ping.APIVersion, cli.DaemonHost(), strings.Join(uidMap, "; "))
 	return p
+}
+
+// checkUserNS returns the daemon's id mapping, or why the rung refuses the
+// daemon; a good answer is kept (a daemon's remapping is fixed while it
+// runs).
+func (r *Rung) checkUserNS(ctx context.Context, cli *client.Client) ([]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.uidMap != nil {
+		return r.uidMap, nil
+	}
+	m, err := daemonUIDMap(ctx, cli)
+	if err != nil {
+		return nil, err
+	}
+	r.uidMap = m
+	return m, nil
 }
 
 // Create makes and starts the container.
@@ -142,6 +171,10 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 		return nil, fmt.Errorf("creating docker sandbox: workdir %q must be an absolute path below /", cfg.Workdir)
 	}
 	cfg.Workdir = path.Clean(cfg.Workdir)
+	uidMap, err := r.checkUserNS(ctx, cli)
+	if err != nil {
+		return nil, fmt.Errorf("creating docker sandbox: %w", err)
+	}
 	switch cfg.Policy.Network {
 	case "":
 		cfg.Policy.Network = sandbox.NetworkDeny
@@ -156,7 +189,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 	}
 
 	var eg *egress
-	if cfg.Policy.Network == sandbox.NetworkAllowlist {
+	if usesProxy(cfg.Policy) {
 		if eg, err = r.setupEgress(cfg, hostSys != nil); err != nil {
 			return nil, fmt.Errorf("creating docker sandbox: %w", err)
 		}
@@ -169,26 +202,32 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 	ccfg := &container.Config{
 		Image:      img,
 		Entrypoint: []string{},
-		Cmd:        []string{"sleep", "infinity"},
+		Cmd:        []string{"/bin/sh", "-c", keeperScript},
 		Env:        envList(env),
 		WorkingDir: cfg.Workdir,
-		User:       KeeperUID + ":" + KeeperUID,
-		Labels:     sandboxLabels(cfg),
+		// Root: Docker gives an exec the container user's capabilities,
+		// none for a non-root one. The keeper is pid 1, out of reach of
+		// signals from inside whatever its uid (keeper.go).
+		User:   "0:0",
+		Labels: sandboxLabels(cfg),
 	}
 	pids := int64(cfg.Limits.PidsMax)
 	if pids <= 0 {
 		pids = DefaultPidsMax
 	}
-	init := true
+	// Docker's default capabilities, neither added to nor dropped from:
+	// setup steps need what `docker build` gives them (apt-get's setuid to
+	// _apt, chown, useradd), and root inside is an unprivileged uid outside.
 	hcfg := &container.HostConfig{
-		NetworkMode:    "none",
-		Init:           &init,
-		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges"},
+		NetworkMode: "none",
+		SecurityOpt: []string{"no-new-privileges"},
+		// Explicit, since older daemons mask fewer (/proc/interrupts).
+		MaskedPaths:    sandbox.MaskedPaths,
+		ReadonlyPaths:  sandbox.ReadOnlyPaths,
 		ReadonlyRootfs: cfg.ReadOnlyRoot,
 		Resources:      container.Resources{PidsLimit: &pids},
 	}
-	if cfg.Policy.Network == sandbox.NetworkAllow {
+	if cfg.Policy.Network == sandbox.NetworkAllow && eg == nil {
 		hcfg.NetworkMode = "bridge"
 	}
 	if mb := cfg.Limits.MemoryMB; mb > 0 {
@@ -221,7 +260,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 		eg.close()
 		return nil, fmt.Errorf("creating docker container from %s: %w", img, err)
 	}
-	s := &Sandbox{cli: cli, id: created.ID, cfg: cfg, image: img, pids: pids, hostSys: hostSys != nil, binds: hostSys, egress: eg}
+	s := &Sandbox{cli: cli, id: created.ID, cfg: cfg, image: img, pids: pids, hostSys: hostSys != nil, binds: hostSys, egress: eg, uidMap: uidMap}
 	if s.imageUser, err = imageUser(ctx, cli, img); err != nil {
 		s.Close(ctx)
 		return nil, fmt.Errorf("creating docker sandbox: %w", err)
@@ -234,18 +273,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 		s.Close(ctx)
 		return nil, fmt.Errorf("starting docker container %s: %w", short(created.ID), err)
 	}
-	// The sweep spares init (pid 1) and its sleep, the only process then.
-	out, code, err := s.run(ctx, []string{"/bin/sh", "-c", "read c < /proc/1/task/1/children; echo $c"})
-	if err != nil || code != 0 {
-		s.Close(ctx)
-		return nil, fmt.Errorf("docker sandbox %s: finding the keeper process (the image needs /bin/sh): exit %d: %v %s", short(created.ID), code, err, out)
-	}
-	keep, err := strconv.Atoi(strings.TrimSpace(out))
-	if err != nil {
-		s.Close(ctx)
-		return nil, fmt.Errorf("docker sandbox %s: keeper process: %q", short(created.ID), out)
-	}
-	s.keep = keep
+	s.pidsEvents = pidsEventsFile(created.ID)
 	if cfg.User != "" {
 		// Docker resolves the user at each exec: check it once here.
 		if out, code, err := s.runAs(ctx, s.user, []string{"/bin/sh", "-c", "true"}); err != nil || code != 0 {
@@ -292,9 +320,11 @@ type Sandbox struct {
 	pids    int64
 	hostSys bool
 	binds   []string
-	keep    int
+	uidMap  []string
+	// pidsEvents is the container's pids.events ("" when not readable).
+	pidsEvents string
 	// user runs the commands; imageUser is the image's own ("0" if none),
-	// restored in snapshots since the container runs as KeeperUID.
+	// restored in snapshots since the container runs as root.
 	user, imageUser string
 	egress          *egress
 
@@ -322,24 +352,36 @@ func (s *Sandbox) Report() sandbox.Report {
 		rep.Limits = append(rep.Limits, fmt.Sprintf("memory %d MiB (no swap)", mb))
 	}
 	rep.Limits = append(rep.Limits, fmt.Sprintf("pids %d", s.pids))
+	if s.pidsEvents == "" {
+		rep.Notes = append(rep.Notes, "the container's pids.events is not readable here (a remote daemon?): refused forks are not reported as denials")
+	}
 	if c := s.cfg.Limits.CPUs; c > 0 {
 		rep.Limits = append(rep.Limits, fmt.Sprintf("cpus %g", c))
 	}
-	rep.Limits = append(rep.Limits, "capabilities: none", "no-new-privileges")
-	rep.Notes = append(rep.Notes, fmt.Sprintf("commands run as user %q; init and the keeper process as uid %s, out of their reach", s.user, KeeperUID))
+	rep.Limits = append(rep.Limits, "no-new-privileges", "docker default seccomp profile")
+	rep.UIDMap = append([]string(nil), s.uidMap...)
+	if u, _, _ := strings.Cut(s.user, ":"); u == "0" || u == "root" {
+		rep.Capabilities = append([]string(nil), sandbox.ContainerCapabilities...)
+	} else {
+		rep.Notes = append(rep.Notes, "a non-root user holds no capabilities (Docker's default set applies to root)")
+	}
+	rep.Notes = append(rep.Notes, fmt.Sprintf("commands run as user %q; the keeper is the container's init (pid 1), which signals from inside cannot reach", s.user))
 	if s.cfg.ReadOnlyRoot {
 		rep.Limits = append(rep.Limits, "read-only root")
 	}
 	if mb := s.cfg.Limits.FileSizeMB; mb > 0 {
 		rep.Limits = append(rep.Limits, fmt.Sprintf("rlimit FSIZE %d MiB", mb))
 	}
+	if mb := s.cfg.Limits.DiskMB; mb > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("disk_mb %d requested but not enforced on this rung (overlay2's size option needs xfs with pquota)", mb))
+	}
 	net := "network none"
-	if s.cfg.Policy.Network == sandbox.NetworkAllow {
-		net = "default bridge network"
+	if s.cfg.Policy.Network == sandbox.NetworkAllow && s.egress == nil {
+		net = "default bridge network (no egress proxy given): the host's 127.0.0.1 is out of reach, its other addresses are not"
 	}
 	rep.Notes = append(rep.Notes, net, "container "+short(s.id)+" from image "+short(s.image))
 	if s.egress != nil {
-		rep.Notes = append(rep.Notes, "allowlist: HTTP(S)_PROXY=http://"+bridge.Listen+", a forwarder in the container relaying to the egress proxy's socket; nothing else leaves the container")
+		rep.Notes = append(rep.Notes, s.cfg.Policy.Network+": HTTP(S)_PROXY=http://"+bridge.Listen+", a forwarder in the container relaying to the egress proxy's socket; nothing else leaves the container")
 	}
 	if s.hostSys {
 		rep.Notes = append(rep.Notes, "host /usr, /etc, /lib* bound read-only")

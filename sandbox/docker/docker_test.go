@@ -172,7 +172,7 @@ func miniRoot(t testing.TB) string {
 	t.Helper()
 	root := t.TempDir()
 	files := map[string]bool{}
-	for _, b := range []string{"/usr/bin/dash", "/usr/bin/cat", "/usr/bin/sleep", "/usr/bin/true", "/usr/bin/mkdir"} {
+	for _, b := range []string{"/usr/bin/dash", "/usr/bin/cat", "/usr/bin/sleep", "/usr/bin/true", "/usr/bin/mkdir", "/usr/bin/ln", "/usr/bin/mkfifo", "/usr/bin/dd", "/usr/bin/ls"} {
 		files[b] = true
 		out, err := exec.Command("ldd", b).Output()
 		if err != nil {

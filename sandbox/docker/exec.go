@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -44,6 +43,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		limit = sandbox.DefaultOutputLimit
 	}
 	oomBefore := s.oomKilled(ctx)
+	pidsBefore := pidsMaxEvents(s.pidsEvents)
 
 	start := time.Now()
 	created, err := s.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
@@ -113,6 +113,9 @@ wait:
 		return res, err
 	}
 	res.ExitCode = in.ExitCode
+	if n := pidsMaxEvents(s.pidsEvents) - pidsBefore; n > 0 {
+		res.Denials = append(res.Denials, sandbox.Denial{Kind: "pids", Detail: fmt.Sprintf("%d fork(s) refused at the pids limit %d", n, s.pids)})
+	}
 	if res.TimedOut {
 		res.Denials = append(res.Denials, sandbox.Denial{Kind: "timeout", Detail: fmt.Sprintf("killed after %s", timeout)})
 		if res.ExitCode == 0 {
@@ -156,10 +159,11 @@ func (s *Sandbox) inspectExited(ctx context.Context, execID string) (container.E
 	}
 }
 
-// sweepScript SIGKILLs every process but init, the keeper and itself, a few
-// rounds over so that forks in flight are caught. Processes that are gone,
-// or are not the user's, make kill fail: that is expected.
-const sweepScript = `for r in 1 2 3; do for d in /proc/[0-9]*; do p=${d#/proc/}; case "$p" in 1|"$0"|"$$") ;; *) kill -9 "$p" 2>/dev/null ;; esac; done; done; exit 0`
+// sweepScript SIGKILLs every process but init (the keeper) and itself, a
+// few rounds over so that forks in flight are caught. Processes that are
+// gone, or are not the user's, make kill fail: that is expected. The
+// keeper's sleep may die with the rest; the keeper starts another.
+const sweepScript = `for r in 1 2 3; do for d in /proc/[0-9]*; do p=${d#/proc/}; case "$p" in 1|"$$") ;; *) kill -9 "$p" 2>/dev/null ;; esac; done; done; exit 0`
 
 func (s *Sandbox) sweep(ctx context.Context) error {
 	var lastErr error
@@ -173,9 +177,8 @@ func (s *Sandbox) sweep(ctx context.Context) error {
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
-		// As the commands' user: without CAP_KILL, root could not kill the
-		// processes of a non-root user, and nothing of the user's survives.
-		out, code, err := s.runAs(ctx, s.user, []string{"/bin/sh", "-c", sweepScript, strconv.Itoa(s.keep)})
+		// As the commands' user: whatever it can start, it can kill.
+		out, code, err := s.runAs(ctx, s.user, []string{"/bin/sh", "-c", sweepScript})
 		if err == nil && code == 0 {
 			return nil
 		}

@@ -14,7 +14,38 @@ import (
 	"github.com/docker/docker/client"
 )
 
-// ReadFile reads a file through the archive API, following symlinks.
+// MaxReadBytes caps ReadFile, as Inspect caps read_file.
+const MaxReadBytes = 64 << 20
+
+// File operations go through the daemon's archive API, which resolves
+// paths in the container's root (symlinks included, so a link to a host
+// path names the container's file of that name) and tars a FIFO, socket or
+// device as a header without opening it: nothing the sandbox leaves at a
+// path can block the engine, and the context bounds each request. Files
+// are written as the container's root (the tar's owner 0, which a
+// userns-remap daemon maps to its remapped root).
+
+// notRegular is the refusal for something other than a regular file.
+func notRegular(kind string) error {
+	return fmt.Errorf("it is a %s, not a regular file: file operations read and write regular files only", kind)
+}
+
+func tarKind(t byte) string {
+	switch t {
+	case tar.TypeDir:
+		return "directory"
+	case tar.TypeFifo:
+		return "FIFO"
+	case tar.TypeChar:
+		return "character device"
+	case tar.TypeBlock:
+		return "block device"
+	}
+	return "special file"
+}
+
+// ReadFile reads a regular file through the archive API, following
+// symlinks inside the container, at most MaxReadBytes.
 func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
@@ -36,7 +67,11 @@ func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
 		}
 		switch hdr.Typeflag {
 		case tar.TypeReg:
-			b, err := io.ReadAll(tr)
+			if hdr.Size > MaxReadBytes {
+				rc.Close()
+				return nil, fmt.Errorf("reading %s from docker sandbox: it is %d bytes, larger than the %d MiB read cap", p, hdr.Size, MaxReadBytes>>20)
+			}
+			b, err := io.ReadAll(io.LimitReader(tr, MaxReadBytes))
 			rc.Close()
 			if err != nil {
 				return nil, fmt.Errorf("reading %s from docker sandbox: %w", p, err)
@@ -54,7 +89,7 @@ func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
 			return nil, fmt.Errorf("reading %s from docker sandbox: is a directory", p)
 		default:
 			rc.Close()
-			return nil, fmt.Errorf("reading %s from docker sandbox: not a regular file", p)
+			return nil, fmt.Errorf("reading %s from docker sandbox: %w", p, notRegular(tarKind(hdr.Typeflag)))
 		}
 	}
 	return nil, fmt.Errorf("reading %s from docker sandbox: too many symlinks", p)
@@ -72,6 +107,23 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.
 	}
 	if mode == 0 {
 		mode = 0o644
+	}
+	// The archive API would replace a FIFO or device with the file; refuse
+	// it instead, as every rung does. (A symlink there is replaced too:
+	// docker writes the link's own path, inside the container.)
+	if st, err := s.cli.ContainerStatPath(ctx, s.id, full); err == nil {
+		switch m := st.Mode; {
+		case m.IsDir():
+			return fmt.Errorf("writing %s into docker sandbox: %w", p, notRegular("directory"))
+		case m&fs.ModeNamedPipe != 0:
+			return fmt.Errorf("writing %s into docker sandbox: %w", p, notRegular("FIFO"))
+		case m&fs.ModeSocket != 0:
+			return fmt.Errorf("writing %s into docker sandbox: %w", p, notRegular("socket"))
+		case m&fs.ModeDevice != 0:
+			return fmt.Errorf("writing %s into docker sandbox: %w", p, notRegular("device"))
+		}
+	} else if !client.IsErrNotFound(err) {
+		return fmt.Errorf("writing %s into docker sandbox: %w", p, err)
 	}
 	// Find the deepest existing ancestor; the tar creates the rest.
 	base := path.Dir(full)

@@ -8,9 +8,9 @@ import (
 	"evals.si/sandbox"
 )
 
-// TestCommandsCannotStopTheContainer: `kill -9 -1` as root (without
-// CAP_KILL) cannot reach the keeper, which runs as KeeperUID, so the
-// sandbox keeps working.
+// TestCommandsCannotStopTheContainer: `kill -9 -1` as root (with CAP_KILL)
+// cannot reach the keeper, the container's init, so the sandbox keeps
+// working.
 func TestCommandsCannotStopTheContainer(t *testing.T) {
 	sb := newSandbox(t, sandbox.Config{})
 	res := run(t, sb, sandbox.ExecRequest{Argv: []string{"sh", "-c", "kill -9 -1; sleep 0.5; id -u"}})

@@ -70,7 +70,8 @@ func (r *Rung) setupEgress(cfg sandbox.Config, hostSys bool) (*egress, error) {
 		}
 	}
 	// Always a relay of our own, even for a unix-socket proxy: the
-	// forwarder runs as KeeperUID, which the proxy's socket may not admit.
+	// forwarder runs as the container's remapped root, which the proxy's
+	// socket may not admit.
 	e := &egress{helper: helper}
 	parent := cfg.StateDir
 	if len(parent) > 60 {
@@ -94,20 +95,26 @@ func (r *Rung) setupEgress(cfg sandbox.Config, hostSys bool) (*egress, error) {
 	return e, nil
 }
 
+// usesProxy says whether the sandbox's egress goes through the egress
+// proxy: allowlist always, allow when the engine gives a proxy (in
+// allow-all logging mode), since Docker's bridge reaches every address of
+// the host but 127.0.0.1, and whatever the host's network reaches.
+func usesProxy(p sandbox.Policy) bool {
+	return p.Network == sandbox.NetworkAllowlist || (p.Network == sandbox.NetworkAllow && p.ProxyAddr != "")
+}
+
 // apply binds the helper and the socket into the container, runs the
-// forwarder as the container's main process (the keeper the sweep spares)
-// and points HTTP(S)_PROXY at it.
+// forwarder as the container's init (the keeper, see keeper.go) and points
+// HTTP(S)_PROXY at it.
 func (e *egress) apply(ccfg *container.Config, hcfg *container.HostConfig, env map[string]string, allowHosts []string) {
 	hcfg.Mounts = append(hcfg.Mounts,
 		mount.Mount{Type: mount.TypeBind, Source: e.helper, Target: containerHelper, ReadOnly: true},
 		mount.Mount{Type: mount.TypeBind, Source: e.sock, Target: containerProxySock},
 	)
 	// The helper is chosen by a variable set for the forwarder alone (the
-	// container's Env reaches every exec). fd 3 is its readiness pipe in the
-	// bwrap rung; here it must merely be open, or the Go runtime's own
-	// first descriptor would be taken for it and closed.
-	ccfg.Cmd = []string{"/bin/sh", "-c", fmt.Sprintf("export %s=%s; exec %s %s %s 3>/dev/null",
-		reexec.Env, bridge.HelperForward, containerHelper, containerProxySock, bridge.Listen)}
+	// container's Env reaches every exec).
+	ccfg.Cmd = []string{"/bin/sh", "-c", fmt.Sprintf("export %s=%s; exec %s %s %s",
+		reexec.Env, helperInit, containerHelper, containerProxySock, bridge.Listen)}
 	for k, v := range bridge.ProxyEnv(allowHosts) {
 		env[k] = v
 	}

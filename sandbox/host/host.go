@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"evals.si/sandbox"
 	"evals.si/sandbox/limits"
 	"evals.si/sandbox/overlay"
@@ -130,6 +132,8 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 		Notes: []string{
 			"NO ISOLATION: commands run on the host as uid " + strconv.Itoa(os.Geteuid()) + " and can read, write, signal and connect to anything that user can",
 			"workdir is the host directory " + s.workdir + " (the configured workdir " + cfg.Workdir + " is not used)",
+			"file operations are the host's: absolute paths and symlinks reach any host file this user can (only FIFOs and other special files are refused, and reads capped)",
+			"root of the host rung is the engine's own uid: no user namespace, no capability limits beyond the user's",
 			note,
 		}}
 	for _, rl := range s.rlimits.Outer {
@@ -299,27 +303,105 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	return res, stopErr
 }
 
-// ReadFile reads a host file (relative paths are in the workdir).
+// MaxReadBytes caps ReadFile, as Inspect caps read_file.
+const MaxReadBytes = 64 << 20
+
+// File operations on the host rung are host file operations: paths and
+// symlinks mean what they mean on the host (the report says so). They still
+// refuse anything but regular files, so a FIFO the command left at a path
+// cannot block the engine, and reads are capped.
+
+// ReadFile reads a regular host file (relative paths are in the workdir),
+// at most MaxReadBytes.
 func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
 	if err := s.life.Usable(); err != nil {
 		return nil, err
 	}
-	return os.ReadFile(s.path(p))
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", p, err)
+	}
+	f, err := openRegular(s.path(p), unix.O_RDONLY)
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: p, Err: err}
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxReadBytes+1))
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: p, Err: err}
+	}
+	if len(b) > MaxReadBytes {
+		return nil, &fs.PathError{Op: "read", Path: p, Err: fmt.Errorf("it is larger than the %d MiB read cap", MaxReadBytes>>20)}
+	}
+	return b, nil
 }
 
-// WriteFile writes a host file, creating parent directories.
+// WriteFile writes a regular host file, creating parent directories.
 func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
 	if err := s.life.Usable(); err != nil {
 		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("writing %s: %w", p, err)
 	}
 	full := s.path(p)
 	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(full, data, mode.Perm()); err != nil {
-		return err
+	f, err := openRegular(full, unix.O_WRONLY|unix.O_TRUNC)
+	if errors.Is(err, fs.ErrNotExist) {
+		var fd int
+		fd, err = unix.Open(full, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NONBLOCK|unix.O_CLOEXEC, uint32(mode.Perm()))
+		f = os.NewFile(uintptr(fd), full)
 	}
-	return os.Chmod(full, mode.Perm())
+	if err != nil {
+		return &fs.PathError{Op: "write", Path: p, Err: err}
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return &fs.PathError{Op: "write", Path: p, Err: err}
+	}
+	if err := f.Chmod(mode.Perm()); err != nil {
+		f.Close()
+		return &fs.PathError{Op: "write", Path: p, Err: err}
+	}
+	return f.Close()
+}
+
+// openRegular opens name for I/O only if it is a regular file: it is
+// looked at through an O_PATH descriptor (which opens nothing, a FIFO
+// included) and reopened through /proc/self/fd, the same inode.
+func openRegular(name string, flags int) (*os.File, error) {
+	pfd, err := unix.Open(name, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("it is a %s, not a regular file: file operations read and write regular files only", fileKind(st.Mode))
+	}
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), flags|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+func fileKind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFIFO:
+		return "FIFO"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFCHR, unix.S_IFBLK:
+		return "device"
+	}
+	return "special file"
 }
 
 // Report describes the (absent) isolation.

@@ -1,57 +1,77 @@
 // Package landlock is the "landlock" sandbox rung (isolation level process).
 //
 // Each Exec re-executes the engine binary twice (sandbox/reexec; main and
-// TestMain must call reexec.Init first):
+// TestMain must call reexec.Init first), through /proc/self/exe so that
+// the sandbox's ids need not reach the binary's directory:
 //
-//  1. The launcher ("landlock-exec") starts in a private mount namespace
-//     (directly as root, otherwise inside an unprivileged user namespace
-//     mapping the caller to root). It joins the command's cgroup when one is
-//     usable (sandbox/limits: a delegated v2 directory, or as root the v1
-//     pids/memory/cpu controllers), makes itself a child subreaper and
-//     assembles the root at StateDir/root: an overlay of Config.Layers over
-//     Config.Root (or over an empty base dir when there is no image, with
-//     the host's /usr /bin /sbin /lib* /etc bound read-only on top) whose
-//     upper directory is StateDir/upper; StateDir/work bound at
-//     Config.Workdir, StateDir/tmp at /tmp, a small tmpfs /dev (null, zero,
-//     full, random, urandom, tty) and a read-only /proc.
-//  2. The restricter ("landlock-restrict") chroots into that root, drops
-//     every capability (bounding, ambient, permitted, effective,
-//     inheritable), sets no_new_privs, installs a seccomp filter, applies
+//  1. The launcher ("landlock-exec") starts as root of a new user namespace
+//     (sandbox/userns: ids 0–65535 map to a subordinate range when the
+//     engine is root, or with newuidmap and /etc/subuid; else only root
+//     maps, to the engine's uid — the report says which), with its own
+//     mount, PID, network, IPC and UTS namespaces. The engine moves it into
+//     the command's cgroup before it starts anything (sandbox/limits: a
+//     delegated v2 directory, or as root the v1 pids/memory/cpu
+//     controllers). Its directories arrive as descriptors (mounts.go): as
+//     root the engine hands it idmapped clones of the image root, the
+//     layers, the host's system directories and the state directory, so
+//     files stay stored unshifted yet are owned by the mapped ids inside.
+//     It brings up loopback, forwards 127.0.0.1:3128 to the egress proxy
+//     (allowlist, allow) and assembles the root at StateDir/root: an
+//     overlay of Config.Layers over Config.Root (or over an empty base dir
+//     when there is no image, with the host's /usr /bin /sbin /lib* /etc
+//     bound read-only on top) whose upper directory is StateDir/upper;
+//     StateDir/work bound at Config.Workdir, StateDir/tmp at /tmp, a small
+//     tmpfs /dev (null, zero, full, random, urandom, tty) and the PID
+//     namespace's /proc, read-only, with sandbox.MaskedPaths hidden. Then
+//     it pivots into that root and detaches the host's mounts: its mount
+//     namespace holds the sandbox's mounts only.
+//  2. The restricter ("landlock-restrict") chroots into that root, keeps
+//     sandbox.ContainerCapabilities (Docker's default set, within the user
+//     namespace; none when Config.User is set) and drops the rest from
+//     every set, sets no_new_privs, installs a seccomp filter, applies
 //     Landlock, sets the rlimits and execs the command in a new session
 //     with only the config and request environment.
 //
-// When the command ends or times out the launcher SIGKILLs every process
-// still below it — orphans, double-forked and setsid'd daemons included,
-// since a subreaper inherits them — and reaps them; with a cgroup the
-// engine then kills whatever is left in it and removes it.
+// The launcher is init of the sandbox's PID namespace: when the command
+// ends or times out it SIGKILLs everything else in it (kill -1) — orphans,
+// double-forked and setsid'd daemons included — and reaps them; with a
+// cgroup the engine then kills whatever is left in it and removes it.
 //
 // What is contained, and how:
+//   - Identity: root inside is an unprivileged uid outside, so what the
+//     kernel checks against the initial namespace (global sysctls such as
+//     kernel.core_pattern, host files, module loading) is refused even
+//     where a mount would allow it; the capabilities it holds apply to its
+//     own namespaces only.
 //   - Filesystem: Landlock (ABI ≥ 1, no best-effort downgrade) allows
 //     read+execute on the root and read-write on the workdir, /tmp and /dev's
 //     device files; without ReadOnlyRoot the whole root is read-write as far
 //     as Landlock goes, and the mounts decide: the host's system directories
 //     and /proc are read-only mounts, the rest is the private overlay. Host
-//     paths outside the root do not exist in the chroot. Landlock also denies
-//     mounts and ptrace of processes outside the sandbox's domain (so
-//     /proc/<pid>/environ of host processes is unreadable) and, from ABI 6,
-//     signals to them and connecting to their abstract UNIX sockets.
-//   - Not contained: there is no PID namespace, so host processes are
-//     listed in /proc (cmdline readable); the host's /etc is readable (as on
-//     bwrap); pathname UNIX sockets are not restricted before Landlock ABI 9,
-//     but the private root holds none of the host's.
-//   - Capabilities: the command is uid 0 of its namespace with no
-//     capabilities, so raw sockets, module loading, mknod, reboot and the
-//     like are refused; DAC still treats it as root for files Landlock lets
-//     it open.
-//   - Network: with deny or allowlist, Landlock (ABI ≥ 4) denies TCP bind
-//     and connect, except connect to the egress proxy's port for allowlist
-//     (HTTP(S)_PROXY point at it; the proxy must be TCP on loopback). The
-//     seccomp filter allows socket(2) only for AF_UNIX, AF_NETLINK and plain
-//     TCP, which closes UDP (DNS included; Landlock covers UDP only from ABI
-//     10), MPTCP (never covered by Landlock's TCP rules), SCTP and raw
-//     sockets. ptrace and io_uring (whose socket operations bypass seccomp)
-//     are denied always. The host's network namespace is shared: with
-//     network allow the command reaches whatever the host reaches.
+//     paths outside the root are not in the mount namespace at all (so
+//     CAP_SYS_CHROOT reaches nothing either). Landlock also denies mounts
+//     and ptrace of processes outside the sandbox's domain (the launcher
+//     included) and, from ABI 6, signals to them and connecting to their
+//     abstract UNIX sockets.
+//   - Not contained: the host's /etc is readable without an image (as on
+//     bwrap); pathname UNIX sockets are not restricted before Landlock ABI
+//     9, but the private root holds none of the host's.
+//   - Network: the sandbox's network namespace has only loopback. With
+//     allowlist and allow (which needs the engine's allow-all egress proxy:
+//     the rung never shares the host's network) the launcher forwards
+//     127.0.0.1:3128 to a relay socket (sandbox/bridge.Relay) in front of
+//     Policy.ProxyAddr (unix:/path or host:port); HTTP(S)_PROXY point at it
+//     and NO_PROXY is empty. With deny or allowlist, Landlock (ABI ≥ 4) also
+//     denies TCP bind and connect, except connect to the forwarder's port
+//     for allowlist, and the seccomp filter allows socket(2) only for
+//     AF_UNIX, AF_NETLINK and plain TCP, which closes UDP (DNS included),
+//     MPTCP, SCTP and raw sockets. ptrace, mounts and io_uring (whose
+//     socket operations bypass seccomp) are denied always.
+//   - Visible: the filter's refusals (sockets, connects under deny and
+//     allowlist, ptrace, mounts) reach the launcher as seccomp user
+//     notifications, which it answers and returns as the command's
+//     "network" and "syscall" denials (notify.go); the cgroup's pids.max
+//     and OOM events give "pids" and "oom" denials.
 //   - Limits: with a memory cgroup, MemoryMB is memory.limit_in_bytes /
 //     memory.max and an OOM kill gives an "oom" denial from the cgroup's
 //     counter; without one it is RLIMIT_AS (allocations fail, and "oom" is
@@ -59,12 +79,21 @@
 //     death). PidsMax (default 512) and CPUs need the cgroup: without one
 //     there is no process cap (RLIMIT_NPROC would count every process of the
 //     uid on the host), only the command timeout and the final sweep.
-//     FileSizeMB is RLIMIT_FSIZE ("fsize" denial on SIGXFSZ).
+//     FileSizeMB is RLIMIT_FSIZE ("fsize" denial on SIGXFSZ). DiskMB (engine
+//     as root) puts the writable layer, workdir and /tmp on a tmpfs of that
+//     size (sandbox/limits.Disk): writes past it fail with ENOSPC and the
+//     command gets a "disk" denial; such a sandbox cannot be snapshotted.
+//     A non-root engine does not enforce DiskMB (the report says so).
+//
+// File operations (files.go) resolve in the sandbox's root only and refuse
+// special files; see there.
 //
 // Snapshot moves the overlay's upper directory to StateDir/snapshots/N and
 // copies the workdir into it at its path; that directory is the layer (it
 // outlives Close; the caller owns StateDir — when StateDir is empty the rung
 // uses a temporary directory, removed at Close unless it holds snapshots).
 // Create copies the layers' (and the root's) workdir contents into the new
-// workdir, since the bound workdir hides them.
+// workdir, since the bound workdir hides them. Layers hold overlay
+// metadata in user.overlay.* xattrs (the overlay is mounted in a user
+// namespace).
 package landlock

@@ -14,9 +14,12 @@ import (
 	"time"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
 
 	"evals.si/sandbox"
+	"evals.si/sandbox/bridge"
 	"evals.si/sandbox/limits"
+	"evals.si/sandbox/userns"
 )
 
 // Name is the rung's name in the ladder.
@@ -29,7 +32,13 @@ const maxABI = 7
 const DefaultCommandTimeout = 10 * time.Minute
 
 // Rung makes Landlock sandboxes.
-type Rung struct{}
+type Rung struct {
+	// ns is a user namespace with the engine's map, for idmapped mounts
+	// (engine as root), made once: making one starts a process.
+	mu     sync.Mutex
+	ns     *os.File
+	nsDesc string
+}
 
 // New returns the landlock rung.
 func New() *Rung { return &Rung{} }
@@ -67,14 +76,32 @@ func (r *Rung) Probe(ctx context.Context) sandbox.Probe {
 		p.Reason = err.Error()
 		return p
 	}
-	if os.Geteuid() != 0 {
-		if err := probeUserNS(ctx); err != nil {
-			p.Reason = "not root and cannot create a user namespace for the private mount namespace: " + err.Error()
+	m, note, err := userns.ForEngine()
+	if err != nil {
+		p.Reason = "choosing the sandbox's user namespace map: " + err.Error()
+		return p
+	}
+	if err := probeUserNS(ctx, m); err != nil {
+		p.Reason = "cannot start the launcher in its user, mount, PID and network namespaces: " + err.Error()
+		return p
+	}
+	if os.Geteuid() == 0 {
+		// Images and state are idmapped mounts: check the kernel and the
+		// temporary directory's filesystem allow them.
+		ns, err := r.idmapNamespace(m)
+		if err == nil {
+			var fd int
+			if fd, err = idmappedClone(os.TempDir(), ns, true); err == nil {
+				unix.Close(fd)
+			}
+		}
+		if err != nil {
+			p.Reason = "idmapped mounts unavailable: " + err.Error()
 			return p
 		}
 	}
 	p.Works = true
-	p.Reason = fmt.Sprintf("landlock ABI %d", abi)
+	p.Reason = fmt.Sprintf("landlock ABI %d; %s", abi, note)
 	return p
 }
 
@@ -103,13 +130,13 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 	if net == "" {
 		net = sandbox.NetworkDeny
 	}
-	var proxyPort uint16
 	switch net {
-	case sandbox.NetworkDeny, sandbox.NetworkAllow:
-	case sandbox.NetworkAllowlist:
-		proxyPort, err = tcpProxyPort(cfg.Policy.ProxyAddr)
-		if err != nil {
-			return nil, fmt.Errorf("creating landlock sandbox: %w", err)
+	case sandbox.NetworkDeny:
+	case sandbox.NetworkAllowlist, sandbox.NetworkAllow:
+		// The sandbox has a network namespace of its own: its only way
+		// out is the egress proxy (allow: the engine's allow-all one).
+		if cfg.Policy.ProxyAddr == "" {
+			return nil, fmt.Errorf("creating landlock sandbox: network %s needs the egress proxy's address (Policy.ProxyAddr: unix:/path or host:port); the landlock rung never shares the host's network", net)
 		}
 	default:
 		return nil, fmt.Errorf("creating landlock sandbox: unknown network mode %q (deny, allowlist or allow)", net)
@@ -123,15 +150,58 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 	if err != nil {
 		return nil, fmt.Errorf("creating landlock sandbox: cgroup %q: %w", cfg.Limits.Cgroup, err)
 	}
-	s := &Sandbox{cfg: cfg, abi: min(abi, maxABI), proxyPort: proxyPort, cgroups: cgs, cgroupNote: cgNote}
+	s := &Sandbox{cfg: cfg, abi: min(abi, maxABI), cgroups: cgs, cgroupNote: cgNote}
+	if s.idmap, s.idNote, err = userns.ForEngine(); err != nil {
+		return nil, fmt.Errorf("creating landlock sandbox: choosing its user namespace map: %w", err)
+	}
 	if s.state, s.ownState, err = sandbox.StateDir(cfg.StateDir, "landlock"); err != nil {
 		return nil, err
+	}
+	if mb := cfg.Limits.DiskMB; mb > 0 && os.Geteuid() == 0 {
+		// The writable layer, workdir and /tmp live on a tmpfs of that size.
+		if s.disk, err = limits.MountDisk(filepath.Join(s.state, "disk"), mb, 0, 0); err != nil {
+			s.Close(ctx)
+			return nil, fmt.Errorf("creating landlock sandbox: %w", err)
+		}
 	}
 	if err := s.prepare(); err != nil {
 		s.Close(ctx)
 		return nil, fmt.Errorf("creating landlock sandbox in %s: %w", s.state, err)
 	}
+	if err := s.prepareNamespaces(r); err != nil {
+		s.Close(ctx)
+		return nil, fmt.Errorf("creating landlock sandbox: %w", err)
+	}
 	return s, nil
+}
+
+// prepareNamespaces makes what every launcher shares: the user namespace
+// its mounts are idmapped with (engine as root) and the egress relay.
+func (s *Sandbox) prepareNamespaces(r *Rung) error {
+	if os.Geteuid() == 0 {
+		var err error
+		if s.nsFile, err = r.idmapNamespace(s.idmap); err != nil {
+			return err
+		}
+	}
+	if s.cfg.Policy.Network == sandbox.NetworkDeny {
+		return nil
+	}
+	_, port, _ := net.SplitHostPort(bridge.Listen)
+	p, _ := strconv.ParseUint(port, 10, 16)
+	s.proxyPort = uint16(p)
+	// Its own short directory: socket paths are limited to 108 bytes.
+	dir, err := os.MkdirTemp("", "evalsi-landlock-proxy-")
+	if err != nil {
+		return fmt.Errorf("making the egress relay's directory: %w", err)
+	}
+	s.relaySock = filepath.Join(dir, "proxy.sock")
+	if s.relay, err = bridge.Relay(s.cfg.Policy.ProxyAddr, s.relaySock); err != nil {
+		os.RemoveAll(dir)
+		s.relaySock = ""
+		return err
+	}
+	return nil
 }
 
 func reserved(p string) bool {
@@ -143,37 +213,43 @@ func reserved(p string) bool {
 	return false
 }
 
-// tcpProxyPort checks the proxy address is TCP on loopback and returns its
-// port: Landlock rules name ports only, so the proxy must be the only thing
-// on that port that matters.
-func tcpProxyPort(addr string) (uint16, error) {
-	if addr == "" {
-		return 0, errors.New("network allowlist needs the egress proxy address (Policy.ProxyAddr)")
+// idmapNamespace returns the rung's user namespace with map m (it stays
+// open for the rung's life; sandboxes do not close it).
+func (r *Rung) idmapNamespace(m userns.IDMap) (*os.File, error) {
+	desc := strings.Join(m.Describe(), ";") + "|" + fmt.Sprint(m.GID)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ns != nil && r.nsDesc == desc {
+		return r.ns, nil
 	}
-	if strings.HasPrefix(addr, "unix:") {
-		return 0, fmt.Errorf("egress proxy %q is a unix socket; the landlock rung shares the host network and needs a TCP proxy on loopback (host:port)", addr)
-	}
-	host, port, err := net.SplitHostPort(addr)
+	ns, err := m.Namespace(selfExe)
 	if err != nil {
-		return 0, fmt.Errorf("egress proxy address %q: %w", addr, err)
+		return nil, err
 	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return 0, fmt.Errorf("egress proxy %q must listen on loopback for the landlock rung", addr)
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil || p == 0 {
-		return 0, fmt.Errorf("egress proxy address %q: bad port", addr)
-	}
-	return uint16(p), nil
+	// A changed map (/etc/subuid edited): the old namespace stays open for
+	// the sandboxes that use it.
+	r.ns, r.nsDesc = ns, desc
+	return ns, nil
 }
 
 // Sandbox is one landlock sandbox.
 type Sandbox struct {
-	cfg       sandbox.Config
-	abi       int
+	cfg      sandbox.Config
+	abi      int
+	state    string
+	ownState bool
+	// idmap is the launcher's user namespace map; nsFile a namespace with
+	// it for idmapped mounts (engine as root; the rung's), nil otherwise.
+	idmap  userns.IDMap
+	idNote string
+	nsFile *os.File
+	// relay is the host end of the egress proxy (allowlist, allow): a unix
+	// socket relaySock, which the launcher forwards 127.0.0.1:proxyPort to.
+	relay     net.Listener
+	relaySock string
 	proxyPort uint16
-	state     string
-	ownState  bool
+	// disk bounds the writable state (Limits.DiskMB; engine as root).
+	disk *limits.Disk
 	// cgroups makes a cgroup per command (nil: none usable, see cgroupNote).
 	cgroups    *limits.Cgroups
 	cgroupNote string
@@ -193,11 +269,19 @@ type Sandbox struct {
 
 var _ sandbox.Snapshotter = (*Sandbox)(nil)
 
-func (s *Sandbox) workDir() string  { return filepath.Join(s.state, "work") }
-func (s *Sandbox) tmpDir() string   { return filepath.Join(s.state, "tmp") }
+// writable holds what the sandbox writes: the disk_mb tmpfs, if any.
+func (s *Sandbox) writable() string {
+	if s.disk != nil {
+		return s.disk.Dir
+	}
+	return s.state
+}
+
+func (s *Sandbox) workDir() string  { return filepath.Join(s.writable(), "work") }
+func (s *Sandbox) tmpDir() string   { return filepath.Join(s.writable(), "tmp") }
 func (s *Sandbox) rootDir() string  { return filepath.Join(s.state, "root") }
-func (s *Sandbox) upperDir() string { return filepath.Join(s.state, "upper") }
-func (s *Sandbox) ovlWork() string  { return filepath.Join(s.state, "ovlwork") }
+func (s *Sandbox) upperDir() string { return filepath.Join(s.writable(), "upper") }
+func (s *Sandbox) ovlWork() string  { return filepath.Join(s.writable(), "ovlwork") }
 func (s *Sandbox) baseDir() string  { return filepath.Join(s.state, "base") }
 func (s *Sandbox) hasImage() bool   { return s.cfg.Root != "" }
 
@@ -245,9 +329,13 @@ func (s *Sandbox) Report() sandbox.Report {
 		Rung:      Name,
 		Isolation: sandbox.LevelProcess,
 		Network:   s.cfg.Policy.Network,
+		UIDMap:    s.idmap.Describe(),
 	}
-	if s.cfg.Policy.Network == sandbox.NetworkAllowlist {
+	if s.relay != nil {
 		rep.ProxyAddr = s.cfg.Policy.ProxyAddr
+	}
+	if s.cfg.User == "" {
+		rep.Capabilities = append([]string(nil), sandbox.ContainerCapabilities...)
 	}
 	rep.Limits = append(rep.Limits, s.cgroups.Plan(s.cfg.Limits)...)
 	if mb := s.cfg.Limits.MemoryMB; mb > 0 && !s.memoryByCgroup() {
@@ -262,9 +350,20 @@ func (s *Sandbox) Report() sandbox.Report {
 	rep.Limits = append(rep.Limits, fmt.Sprintf("landlock ABI %d filesystem rules", s.abi))
 	switch s.cfg.Policy.Network {
 	case sandbox.NetworkDeny:
-		rep.Limits = append(rep.Limits, "landlock TCP bind/connect denied", "seccomp: UDP, raw, MPTCP sockets denied")
+		rep.Limits = append(rep.Limits, "network namespace with only loopback", "landlock TCP bind/connect denied", "seccomp: UDP, raw, MPTCP sockets denied")
 	case sandbox.NetworkAllowlist:
-		rep.Limits = append(rep.Limits, fmt.Sprintf("landlock TCP connect only to port %d", s.proxyPort), "seccomp: UDP, raw, MPTCP sockets denied")
+		rep.Limits = append(rep.Limits, "network namespace with only loopback and the forwarded egress proxy",
+			fmt.Sprintf("landlock TCP connect only to port %d (the forwarder)", s.proxyPort), "seccomp: UDP, raw, MPTCP sockets denied")
+	case sandbox.NetworkAllow:
+		rep.Limits = append(rep.Limits, "network namespace with only loopback and the forwarded egress proxy")
+	}
+	if s.relay != nil {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%s: HTTP(S)_PROXY=http://%s, forwarded by the launcher to the egress proxy; nothing else leaves the sandbox's network namespace", s.cfg.Policy.Network, bridge.Listen))
+	}
+	if s.disk != nil {
+		rep.Limits = append(rep.Limits, s.disk.Describe()+" (tmpfs holding the writable layer, workdir and /tmp; counts as memory of the writer)")
+	} else if mb := s.cfg.Limits.DiskMB; mb > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("disk_mb %d requested but not enforced: the engine is not root (file_size_mb caps each file)", mb))
 	}
 	if s.cgroups == nil {
 		rep.Notes = append(rep.Notes, "no process cap: no usable cgroup, and RLIMIT_NPROC would count the whole uid")
@@ -275,9 +374,14 @@ func (s *Sandbox) Report() sandbox.Report {
 			rep.Notes = append(rep.Notes, "cpus limit requested but not enforced")
 		}
 	}
+	rep.Notes = append(rep.Notes, s.idNote)
+	if s.nsFile != nil {
+		rep.Notes = append(rep.Notes, "image, layers and sandbox state are idmapped mounts: stored unshifted, owned by the mapped ids inside")
+	}
 	rep.Notes = append(rep.Notes,
-		"all capabilities dropped; host network namespace shared; no PID namespace",
-		"leftover processes killed by a subreaper launcher when each command ends")
+		"own user, mount, PID, network, IPC and UTS namespaces; /proc read-only with Docker's masked paths hidden; no /sys",
+		"Landlock and seccomp (ptrace, io_uring; socket families) apply on top of the capabilities",
+		"leftover processes die with the launcher, init of the sandbox's PID namespace, when each command ends")
 	if s.cfg.User != "" {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("user %q requested; commands run as uid 0 without capabilities", s.cfg.User))
 	}
@@ -296,10 +400,18 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
-	if s.ownState && s.snapshots == 0 {
-		return removeAll(s.state)
-	}
 	var errs []error
+	if s.disk != nil {
+		errs = append(errs, s.disk.Unmount())
+	}
+	if s.relay != nil {
+		s.relay.Close()
+		errs = append(errs, os.RemoveAll(filepath.Dir(s.relaySock)))
+	}
+	if s.ownState && s.snapshots == 0 {
+		errs = append(errs, removeAll(s.state))
+		return errors.Join(errs...)
+	}
 	for _, d := range []string{s.workDir(), s.tmpDir(), s.rootDir(), s.upperDir(), s.ovlWork(), s.baseDir()} {
 		errs = append(errs, removeAll(d))
 	}
@@ -343,6 +455,9 @@ func (s *Sandbox) usable() error {
 func (s *Sandbox) Snapshot(ctx context.Context) (sandbox.Layer, error) {
 	if err := s.usable(); err != nil {
 		return sandbox.Layer{}, err
+	}
+	if s.disk != nil {
+		return sandbox.Layer{}, errors.New("snapshotting landlock sandbox: a sandbox with disk_mb keeps its changes on a tmpfs and cannot be snapshotted")
 	}
 	s.mu.Lock()
 	s.snapshots++

@@ -169,30 +169,72 @@ func plainTCPListener(t *testing.T) net.Listener {
 	return ln
 }
 
-func tcpProbe(port int) []string {
+func tcpProbe(port int) []string { return tcpProbeTo("127.0.0.1", port) }
+
+func tcpProbeTo(host string, port int) []string {
 	// bash's /dev/tcp does a plain connect(2).
-	return []string{"bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && cat <&3", port)}
+	return []string{"bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/%s/%d && cat <&3", host, port)}
 }
 
+// plainUnixListener is plainTCPListener on a unix socket: an egress proxy
+// given as unix:/path.
+func plainUnixListener(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ll-proxy-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ln, err := net.Listen("unix", filepath.Join(dir, "p.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("REACHED\n"))
+			c.Close()
+		}
+	}()
+	return "unix:" + ln.Addr().String()
+}
+
+// TestNetwork: the sandbox has a network namespace of its own. Deny
+// reaches nothing; allowlist and allow reach the egress proxy (TCP or unix
+// socket) through the forwarder on 127.0.0.1:3128 and nothing else: not a
+// host listener, not the proxy's own address, not another loopback address
+// on the forwarder's port.
 func TestNetwork(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		testenv.Missing(t, "bash", "the probe uses bash's /dev/tcp")
 	}
 	target := plainTCPListener(t)
 	proxy := plainTCPListener(t)
+	unixProxy := plainUnixListener(t)
 	targetPort := target.Addr().(*net.TCPAddr).Port
 	proxyPort := proxy.Addr().(*net.TCPAddr).Port
 	python, _ := exec.LookPath("python3")
-	tests := []struct {
+	allowlist := sandbox.Policy{Network: sandbox.NetworkAllowlist, ProxyAddr: proxy.Addr().String()}
+	allow := sandbox.Policy{Network: sandbox.NetworkAllow, ProxyAddr: proxy.Addr().String()}
+	type tcase struct {
 		name      string
 		policy    sandbox.Policy
 		argv      []string
 		reachable bool
-	}{
+	}
+	tests := []tcase{
 		{"deny blocks tcp", sandbox.Policy{Network: sandbox.NetworkDeny}, tcpProbe(targetPort), false},
-		{"allow reaches tcp", sandbox.Policy{Network: sandbox.NetworkAllow}, tcpProbe(targetPort), true},
-		{"allowlist blocks others", sandbox.Policy{Network: sandbox.NetworkAllowlist, ProxyAddr: proxy.Addr().String()}, tcpProbe(targetPort), false},
-		{"allowlist reaches proxy", sandbox.Policy{Network: sandbox.NetworkAllowlist, ProxyAddr: proxy.Addr().String()}, tcpProbe(proxyPort), true},
+		{"allow blocks host listener", allow, tcpProbe(targetPort), false},
+		{"allow reaches proxy", allow, tcpProbe(3128), true},
+		{"allowlist blocks others", allowlist, tcpProbe(targetPort), false},
+		{"allowlist blocks the proxy's own address", allowlist, tcpProbe(proxyPort), false},
+		{"allowlist blocks another address on the forwarder's port", allowlist, tcpProbeTo("127.0.0.2", 3128), false},
+		{"allowlist reaches proxy", allowlist, tcpProbe(3128), true},
+		{"allowlist reaches unix-socket proxy", sandbox.Policy{Network: sandbox.NetworkAllowlist, ProxyAddr: unixProxy}, tcpProbe(3128), true},
 	}
 	if python != "" {
 		mptcp := []string{"python3", "-c", fmt.Sprintf(`import socket
@@ -204,18 +246,8 @@ s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.sendto(b"x", ("127.0.0.1", 53))
 print("REACHED")`}
 		tests = append(tests,
-			struct {
-				name      string
-				policy    sandbox.Policy
-				argv      []string
-				reachable bool
-			}{"deny blocks mptcp", sandbox.Policy{Network: sandbox.NetworkDeny}, mptcp, false},
-			struct {
-				name      string
-				policy    sandbox.Policy
-				argv      []string
-				reachable bool
-			}{"deny blocks udp", sandbox.Policy{Network: sandbox.NetworkDeny}, udp, false},
+			tcase{"deny blocks mptcp", sandbox.Policy{Network: sandbox.NetworkDeny}, mptcp, false},
+			tcase{"deny blocks udp", sandbox.Policy{Network: sandbox.NetworkDeny}, udp, false},
 		)
 	}
 	for _, tc := range tests {
@@ -226,35 +258,49 @@ print("REACHED")`}
 			if got != tc.reachable {
 				t.Fatalf("reachable = %v, want %v (exit %d, stderr %q)", got, tc.reachable, res.ExitCode, res.Stderr)
 			}
-			if tc.policy.Network == sandbox.NetworkAllowlist {
-				env := run(t, sb, "sh", "-c", "echo $HTTPS_PROXY")
-				if want := "http://" + tc.policy.ProxyAddr; strings.TrimSpace(string(env.Stdout)) != want {
-					t.Errorf("HTTPS_PROXY = %q, want %q", env.Stdout, want)
+			if tc.policy.Network != sandbox.NetworkDeny {
+				env := run(t, sb, "sh", "-c", "echo $HTTPS_PROXY $NO_PROXY.")
+				if want := "http://127.0.0.1:3128 ."; strings.TrimSpace(string(env.Stdout)) != want {
+					t.Errorf("HTTPS_PROXY NO_PROXY = %q, want %q", env.Stdout, want)
+				}
+				if rep := sb.Report(); rep.ProxyAddr != tc.policy.ProxyAddr {
+					t.Errorf("report proxy %q, want %q", rep.ProxyAddr, tc.policy.ProxyAddr)
 				}
 			}
 		})
 	}
+	t.Run("allow without a proxy is refused", func(t *testing.T) {
+		requireLandlock(t)
+		_, err := New().Create(context.Background(), sandbox.Config{Workdir: "/w", StateDir: t.TempDir(), Policy: sandbox.Policy{Network: sandbox.NetworkAllow}})
+		if err == nil || !strings.Contains(err.Error(), "ProxyAddr") {
+			t.Fatalf("Create(allow, no proxy) = %v, want a refusal naming Policy.ProxyAddr", err)
+		}
+	})
 }
 
 // TestLeftoverProcessesKilled starts a daemon that double-forks and calls
-// setsid; it must be gone when Exec returns.
+// setsid; it must be gone when Exec returns (looked for on the host: the
+// sandbox's pids are its own namespace's).
 func TestLeftoverProcessesKilled(t *testing.T) {
 	sb := newSandbox(t, sandbox.Config{})
-	res := run(t, sb, "sh", "-c", `setsid sh -c 'sleep 1000 & echo $! > /workspace/pid' & sleep 0.2; while [ ! -s /workspace/pid ]; do sleep 0.05; done; echo started`)
+	const marker = "1357911"
+	res := run(t, sb, "sh", "-c", `setsid sh -c 'sleep `+marker+` & echo $! > /workspace/pid' & sleep 0.2; while [ ! -s /workspace/pid ]; do sleep 0.05; done; echo started`)
 	if res.ExitCode != 0 {
 		t.Fatalf("exit %d stderr %q", res.ExitCode, res.Stderr)
 	}
-	b, err := sb.ReadFile(context.Background(), "pid")
+	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-		syscall.Kill(pid, syscall.SIGKILL)
-		t.Fatalf("daemon %d still exists after Exec returned (kill 0: %v)", pid, err)
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline"); string(b) == "sleep\x00"+marker+"\x00" {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("daemon (host pid %d) still exists after Exec returned", pid)
+		}
 	}
 }
 
@@ -313,7 +359,7 @@ func TestFileSizeLimit(t *testing.T) {
 func miniRoot(t testing.TB) string {
 	t.Helper()
 	root := t.TempDir()
-	bins := []string{"/usr/bin/dash", "/usr/bin/cat", "/usr/bin/ls", "/usr/bin/rm", "/usr/bin/mkdir"}
+	bins := []string{"/usr/bin/dash", "/usr/bin/cat", "/usr/bin/ls", "/usr/bin/rm", "/usr/bin/mkdir", "/usr/bin/ln", "/usr/bin/mkfifo", "/usr/bin/dd"}
 	files := map[string]bool{}
 	for _, b := range bins {
 		files[b] = true

@@ -1,11 +1,11 @@
 package landlock
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"evals.si/sandbox"
+	"evals.si/sandbox/bridge"
 	"evals.si/sandbox/reexec"
 )
 
@@ -57,18 +58,38 @@ func launch([]string) int {
 	if err != nil {
 		return report(status{SetupErr: "reading launcher spec: " + err.Error()})
 	}
-	// Join the command's cgroup before anything is started.
-	for _, f := range sp.CgroupProcs {
-		if err := os.WriteFile(f, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-			return report(status{SetupErr: "joining cgroup: " + err.Error()})
-		}
+	// The engine has put us in the command's cgroup. We are init of the
+	// sandbox's PID namespace: orphans of the command reparent to us.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return report(status{SetupErr: "making mounts private: " + err.Error()})
 	}
-	// Orphans of the command (double-forked daemons) reparent to us.
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return report(status{SetupErr: "PR_SET_CHILD_SUBREAPER: " + err.Error()})
+	if err := attachMounts(sp.Mounts); err != nil {
+		return report(status{SetupErr: err.Error()})
+	}
+	if err := loopbackUp(); err != nil {
+		return report(status{SetupErr: err.Error()})
+	}
+	if sp.Relay != "" && sp.File == nil {
+		// Dialled through a descriptor: the relay is outside the root
+		// the launcher pivots into.
+		dir, err := unix.Open(filepath.Dir(sp.Relay), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return report(status{SetupErr: "opening the egress relay: " + err.Error()})
+		}
+		relay := fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(sp.Relay))
+		if err := forward(fmt.Sprintf("127.0.0.1:%d", sp.ProxyPort), relay); err != nil {
+			return report(status{SetupErr: err.Error()})
+		}
 	}
 	if err := buildRoot(sp); err != nil {
 		return report(status{SetupErr: "building sandbox root: " + err.Error()})
+	}
+	if err := pivotInto(sp.Root); err != nil {
+		return report(status{SetupErr: "entering the sandbox root: " + err.Error()})
+	}
+	sp.Root = "/"
+	if sp.File != nil {
+		return report(doFile(sp))
 	}
 
 	specR, specW, err := os.Pipe()
@@ -79,17 +100,39 @@ func launch([]string) int {
 	if err != nil {
 		return report(status{SetupErr: err.Error()})
 	}
+	// The restricter sends the seccomp filter's listener over this pair.
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return report(status{SetupErr: "socketpair: " + err.Error()})
+	}
+	listenerW := os.NewFile(uintptr(pair[1]), "seccomp-listener")
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Env = []string{reexec.Env + "=" + restricterName}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.ExtraFiles = []*os.File{specR, errW}
+	cmd.ExtraFiles = []*os.File{specR, errW, listenerW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Start()
 	specR.Close()
 	errW.Close()
+	listenerW.Close()
 	if err != nil {
+		unix.Close(pair[0])
 		return report(status{SetupErr: "starting restricter: " + err.Error()})
 	}
+	stop := make(chan struct{})
+	supDone := make(chan *supervisor, 1)
+	go func() {
+		defer unix.Close(pair[0])
+		fd, err := recvFD(pair[0])
+		if err != nil {
+			supDone <- nil // the restricter failed first; it says why
+			return
+		}
+		defer unix.Close(fd)
+		sup := supervise(fd, filepath.Join(sp.Root, "proc"), sp.ProxyPort, sp.Network == sandbox.NetworkAllowlist)
+		sup.run(stop)
+		supDone <- sup
+	}()
 	go func() {
 		json.NewEncoder(specW).Encode(sp)
 		specW.Close()
@@ -112,6 +155,10 @@ func launch([]string) int {
 	setupErr, _ := io.ReadAll(errR)
 	errR.Close()
 	st.Killed = sweep()
+	close(stop)
+	if sup := <-supDone; sup != nil {
+		st.Denials = sup.denials()
+	}
 	if len(setupErr) > 0 {
 		st.SetupErr = string(setupErr)
 		return report(st)
@@ -125,82 +172,79 @@ func launch([]string) int {
 	return report(st)
 }
 
-// sweep SIGKILLs every remaining descendant until none is left, reaping
-// them, and returns how many it killed.
+// sweep SIGKILLs every other process of the sandbox's PID namespace (kill
+// -1 from its init) until none is left, reaping them, and returns how many
+// it reaped.
 func sweep() int {
-	self := os.Getpid()
-	killed := map[int]bool{}
+	n := 0
 	for range 10000 {
-		reap()
-		desc := descendants(self)
-		if len(desc) == 0 {
-			break
-		}
-		for _, p := range desc {
-			unix.Kill(p, unix.SIGKILL)
-			killed[p] = true
+		unix.Kill(-1, unix.SIGKILL)
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if err == unix.ECHILD {
+				return n
+			}
+			if pid <= 0 || err != nil {
+				break
+			}
+			n++
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
-	reap()
-	return len(killed)
+	return n
 }
 
-func reap() {
-	for {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		if pid <= 0 || err != nil {
-			return
-		}
-	}
-}
-
-// descendants lists the live (non-zombie) descendants of pid from /proc.
-func descendants(pid int) []int {
-	ents, err := os.ReadDir("/proc")
+// loopbackUp brings up lo, the only interface of the sandbox's network
+// namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil
+		return fmt.Errorf("bringing up loopback: %w", err)
 	}
-	children := map[int][]int{}
-	zombie := map[int]bool{}
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …; comm may contain anything, so cut at the last ')'.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 2 {
-			continue
-		}
-		pp, _ := strconv.Atoi(f[1])
-		children[pp] = append(children[pp], p)
-		if f[0] == "Z" || f[0] == "X" {
-			zombie[p] = true
-		}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
 	}
-	var out []int
-	queue := []int{pid}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, c := range children[p] {
-			if !zombie[c] {
-				out = append(out, c)
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bringing up loopback: SIOCGIFFLAGS: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bringing up loopback: SIOCSIFFLAGS: %w", err)
+	}
+	return nil
+}
+
+// forward listens on listen in the sandbox's network namespace and relays
+// each connection to the egress proxy's relay socket (sandbox/bridge), for
+// as long as the launcher lives.
+func forward(listen, relay string) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listening for the egress proxy on %s: %w", listen, err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue
 			}
-			queue = append(queue, c)
+			go func() {
+				up, err := net.Dial("unix", relay)
+				if err != nil {
+					c.Close()
+					return
+				}
+				bridge.Splice(c, up)
+			}()
 		}
-	}
-	return out
+	}()
+	return nil
 }
 
 var devFiles = []string{"null", "zero", "full", "random", "urandom", "tty"}
@@ -208,19 +252,18 @@ var devFiles = []string{"null", "zero", "full", "random", "urandom", "tty"}
 // buildRoot assembles the sandbox root at sp.Root in the launcher's private
 // mount namespace.
 func buildRoot(sp spec) error {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making mounts private: %w", err)
-	}
 	root := sp.Root
 	lowers := make([]string, len(sp.Lowers))
 	for i, l := range sp.Lowers {
 		lowers[i] = escapeOverlay(l)
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lowers, ":"), escapeOverlay(sp.Upper), escapeOverlay(sp.OvlWork))
+	// userxattr: in a user namespace overlay keeps whiteouts and opaque
+	// directories in user.overlay.* (trusted.* is the host root's).
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", strings.Join(lowers, ":"), escapeOverlay(sp.Upper), escapeOverlay(sp.OvlWork))
 	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mounting overlay (%s): %w", opts, err)
 	}
-	if sp.HostSys {
+	if sp.SysDirs != nil {
 		for _, d := range systemDirs {
 			fi, err := os.Lstat(d)
 			if err != nil {
@@ -240,10 +283,14 @@ func buildRoot(sp spec) error {
 				}
 				continue
 			}
+			src, ok := sp.SysDirs[d]
+			if !ok {
+				continue
+			}
 			if err := os.MkdirAll(dst, 0o755); err != nil {
 				return err
 			}
-			if err := bindRO(d, dst); err != nil {
+			if err := bindRO(src, dst); err != nil {
 				return err
 			}
 		}
@@ -282,18 +329,58 @@ func buildRoot(sp spec) error {
 	if err := os.MkdirAll(proc, 0o555); err != nil {
 		return err
 	}
-	// Read-only: the root is writable under Landlock, so /proc/sys and
-	// /proc/sysrq-trigger must be closed by the mount itself.
+	// The PID namespace's own proc, read-only as a whole: the root is
+	// writable under Landlock, so sandbox.ReadOnlyPaths (/proc/sys,
+	// /proc/sysrq-trigger, …) must be closed by the mount itself.
 	if err := unix.Mount("proc", proc, "proc", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		// In a user namespace without its own PID namespace a fresh proc
-		// cannot be mounted; the host's is bound read-only instead.
-		if err := bindRO("/proc", proc); err != nil {
-			return fmt.Errorf("mounting /proc: %w", err)
-		}
+		return fmt.Errorf("mounting /proc: %w", err)
+	}
+	if err := maskPaths(root); err != nil {
+		return err
 	}
 	if sp.ReadOnlyRoot {
 		if err := unix.Mount("", root, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|lockedFlags(root), ""); err != nil {
 			return fmt.Errorf("making the root read-only: %w", err)
+		}
+	}
+	return nil
+}
+
+// pivotInto makes root the launcher's (and so the sandbox's) root and
+// detaches everything else: the mount namespace, a copy of the host's,
+// then holds only the sandbox's mounts, so /proc/self/mounts lists no host
+// path.
+func pivotInto(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return err
+	}
+	// pivot_root(".", "."): the old root ends up stacked over the new one,
+	// and unmounting "." detaches it.
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching the host's mounts: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// maskPaths hides sandbox.MaskedPaths that exist below root: a file under
+// /dev/null, a directory under an empty read-only tmpfs.
+func maskPaths(root string) error {
+	for _, p := range sandbox.MaskedPaths {
+		dst := filepath.Join(root, p)
+		fi, err := os.Lstat(dst)
+		if err != nil {
+			continue // absent here (no /sys at all, say)
+		}
+		if fi.IsDir() {
+			err = unix.Mount("tmpfs", dst, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0555")
+		} else {
+			err = unix.Mount("/dev/null", dst, "", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("masking %s: %w", p, err)
 		}
 	}
 	return nil
@@ -341,6 +428,7 @@ func restrict([]string) int {
 	specF := os.NewFile(3, "spec")
 	errF := os.NewFile(4, "setup-error")
 	syscall.CloseOnExec(4)
+	syscall.CloseOnExec(5) // the launcher's end for the seccomp listener
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(errF, format, args...)
 		return 125
@@ -394,11 +482,22 @@ func restrict([]string) int {
 	if err := applyLandlock(sp); err != nil {
 		return fail("applying landlock: %v", err)
 	}
-	if err := installSeccomp(sp.Network != sandbox.NetworkAllow); err != nil {
+	listener, err := installSeccomp(sp.Network != sandbox.NetworkAllow)
+	if err != nil {
 		return fail("installing seccomp filter: %v", err)
 	}
-	if err := dropCaps(capLast); err != nil {
-		return fail("dropping capabilities: %v", err)
+	// The launcher answers the filter's notifications (notify.go).
+	if err := sendFD(5, listener); err != nil {
+		return fail("passing the seccomp listener to the launcher: %v", err)
+	}
+	unix.Close(listener)
+	unix.Close(5)
+	keep, err := capSet(sp.Caps)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if err := limitCaps(capLast, keep); err != nil {
+		return fail("limiting capabilities: %v", err)
 	}
 	// Limits last: RLIMIT_AS can be below what this Go process already
 	// maps, so nothing may allocate between here and execve.
@@ -488,10 +587,38 @@ func applyLandlock(sp spec) error {
 	return cfg.Restrict(rules...)
 }
 
-// dropCaps empties the bounding, ambient, inheritable, permitted and
-// effective capability sets of the calling thread.
-func dropCaps(last int) error {
+// capNumbers are the numbers of the capabilities a sandbox may keep
+// (sandbox.ContainerCapabilities).
+var capNumbers = map[string]uintptr{
+	"CAP_AUDIT_WRITE": unix.CAP_AUDIT_WRITE, "CAP_CHOWN": unix.CAP_CHOWN, "CAP_DAC_OVERRIDE": unix.CAP_DAC_OVERRIDE,
+	"CAP_FOWNER": unix.CAP_FOWNER, "CAP_FSETID": unix.CAP_FSETID, "CAP_KILL": unix.CAP_KILL, "CAP_MKNOD": unix.CAP_MKNOD,
+	"CAP_NET_BIND_SERVICE": unix.CAP_NET_BIND_SERVICE, "CAP_NET_RAW": unix.CAP_NET_RAW, "CAP_SETFCAP": unix.CAP_SETFCAP,
+	"CAP_SETGID": unix.CAP_SETGID, "CAP_SETPCAP": unix.CAP_SETPCAP, "CAP_SETUID": unix.CAP_SETUID, "CAP_SYS_CHROOT": unix.CAP_SYS_CHROOT,
+}
+
+// capSet turns capability names into a set of numbers.
+func capSet(names []string) (map[uintptr]bool, error) {
+	set := map[uintptr]bool{}
+	for _, n := range names {
+		c, ok := capNumbers[n]
+		if !ok {
+			return nil, fmt.Errorf("unknown capability %s", n)
+		}
+		set[c] = true
+	}
+	return set, nil
+}
+
+// limitCaps narrows the calling thread to keep: the bounding set loses
+// every other capability, ambient is cleared, and permitted, effective and
+// inheritable become keep, which uid 0 (of the sandbox's namespace) then
+// holds after execve. These are capabilities in the sandbox's user
+// namespace only; outside it, its root is an unprivileged uid.
+func limitCaps(last int, keep map[uintptr]bool) error {
 	for c := 0; c <= last; c++ {
+		if keep[uintptr(c)] {
+			continue
+		}
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
 			return fmt.Errorf("PR_CAPBSET_DROP %d: %w", c, err)
 		}
@@ -501,6 +628,12 @@ func dropCaps(last int) error {
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
+	for c := range keep {
+		data[c/32].Permitted |= 1 << (c % 32)
+	}
+	for i := range data {
+		data[i].Effective, data[i].Inheritable = data[i].Permitted, data[i].Permitted
+	}
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capset: %w", err)
 	}

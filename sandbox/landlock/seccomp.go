@@ -77,16 +77,20 @@ const (
 	retK = unix.BPF_RET | unix.BPF_K
 )
 
-// seccompProgram denies io_uring and ptrace always (Landlock already stops
-// ptrace of processes outside the sandbox; this closes it inside too) and, with restrictNet, every
-// socket(2) other than AF_UNIX, AF_NETLINK and plain TCP: Landlock's TCP
-// rules do not see UDP (before ABI 10), MPTCP, SCTP or raw sockets.
+// seccompProgram denies io_uring, ptrace and mounts always (Landlock
+// already stops ptrace of processes outside the sandbox, and mounts; this
+// closes ptrace inside too) and, with restrictNet, every socket(2) other
+// than AF_UNIX, AF_NETLINK and plain TCP: Landlock's TCP rules do not see
+// UDP (before ABI 10), MPTCP, SCTP or raw sockets. The refusals (and, with
+// restrictNet, every connect) go to the launcher as user notifications
+// (notify.go), which answers EPERM or EACCES and records them.
 func seccompProgram(restrictNet bool) ([]unix.SockFilter, error) {
 	arch, ok := auditArch()
 	if !ok {
 		return nil, fmt.Errorf("no seccomp filter for GOARCH %s", runtime.GOARCH)
 	}
 	deny := unix.SECCOMP_RET_ERRNO | uint32(unix.EACCES)
+	const notify = unix.SECCOMP_RET_USER_NOTIF
 	b := &bpf{fixups: map[int][2]string{}, labels: map[string]int{}}
 	b.stmt(ldW, offArch)
 	b.jmp(jeqK, arch, "native", "")
@@ -95,9 +99,12 @@ func seccompProgram(restrictNet bool) ([]unix.SockFilter, error) {
 	b.stmt(ldW, offNr)
 	b.jmp(jgeK, 0x40000000, "deny", "") // x32 syscall numbers
 	b.jmp(jeqK, unix.SYS_IO_URING_SETUP, "nosys", "")
-	b.jmp(jeqK, unix.SYS_PTRACE, "eperm", "")
+	for _, nr := range []uint32{unix.SYS_PTRACE, unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT, unix.SYS_MOVE_MOUNT, unix.SYS_FSMOUNT, unix.SYS_OPEN_TREE} {
+		b.jmp(jeqK, nr, "notify", "")
+	}
 	if restrictNet {
 		b.jmp(jeqK, unix.SYS_SOCKET, "socket", "")
+		b.jmp(jeqK, unix.SYS_CONNECT, "notify", "")
 	}
 	b.stmt(retK, unix.SECCOMP_RET_ALLOW)
 	if restrictNet {
@@ -107,19 +114,19 @@ func seccompProgram(restrictNet bool) ([]unix.SockFilter, error) {
 		b.jmp(jeqK, unix.AF_NETLINK, "allow", "")
 		b.jmp(jeqK, unix.AF_INET, "inet", "")
 		b.jmp(jeqK, unix.AF_INET6, "inet", "")
-		b.stmt(retK, deny)
+		b.stmt(retK, notify)
 		b.label("inet")
 		b.stmt(ldW, offArg1)
 		b.stmt(andK, 0xf) // strip SOCK_NONBLOCK / SOCK_CLOEXEC
-		b.jmp(jeqK, unix.SOCK_STREAM, "", "deny")
+		b.jmp(jeqK, unix.SOCK_STREAM, "", "notify")
 		b.stmt(ldW, offArg2)
 		b.jmp(jeqK, 0, "allow", "")
-		b.jmp(jeqK, unix.IPPROTO_TCP, "allow", "deny")
+		b.jmp(jeqK, unix.IPPROTO_TCP, "allow", "notify")
 		b.label("allow")
 		b.stmt(retK, unix.SECCOMP_RET_ALLOW)
 	}
-	b.label("eperm")
-	b.stmt(retK, unix.SECCOMP_RET_ERRNO|uint32(unix.EPERM))
+	b.label("notify")
+	b.stmt(retK, notify)
 	b.label("nosys")
 	b.stmt(retK, unix.SECCOMP_RET_ERRNO|uint32(unix.ENOSYS))
 	b.label("deny")
@@ -128,16 +135,17 @@ func seccompProgram(restrictNet bool) ([]unix.SockFilter, error) {
 }
 
 // installSeccomp installs the filter on the calling thread (no TSYNC: the
-// thread is the one that execs the command). no_new_privs must be set.
-func installSeccomp(restrictNet bool) error {
+// thread is the one that execs the command) and returns its notification
+// listener. no_new_privs must be set.
+func installSeccomp(restrictNet bool) (int, error) {
 	prog, err := seccompProgram(restrictNet)
 	if err != nil {
-		return err
+		return -1, err
 	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	_, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
+	fd, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafe.Pointer(&fprog)))
 	if errno != 0 {
-		return errno
+		return -1, errno
 	}
-	return nil
+	return int(fd), nil
 }

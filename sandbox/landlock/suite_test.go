@@ -10,11 +10,9 @@ import (
 
 func suiteOptions() sandboxtest.Options {
 	o := sandboxtest.Options{
-		Gaps: map[string]string{},
-		Uncontained: map[string]string{
-			sandboxtest.RowSeeHostProcess: "no PID namespace: host processes are listed in /proc (their environ and memory stay unreadable: Landlock scopes ptrace access)",
-		},
-		NotRun: map[string]string{},
+		Gaps:        map[string]string{},
+		Uncontained: map[string]string{},
+		NotRun:      map[string]string{},
 	}
 	// Without a cgroup nothing caps the number of processes.
 	if cgs, note, err := limits.Detect("auto", limits.ThisHost()); err != nil || cgs == nil {
