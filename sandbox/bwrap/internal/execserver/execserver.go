@@ -151,6 +151,9 @@ type server struct {
 	// filter is the seccomp program each command's first process is forked
 	// under (notify.go); nil: none (the host passed none).
 	filter []byte
+	// dropPtrace, when set, keeps CAP_SYS_PTRACE from the command about to
+	// be forked on the calling thread (ptraceDropper).
+	dropPtrace func() error
 
 	mu       sync.Mutex
 	calls    map[uint32]*serverCall
@@ -177,14 +180,15 @@ func Main(args []string) int {
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); e != 0 {
 		return fail(fmt.Errorf("making the server non-dumpable: %w", e))
 	}
-	if err := keepPtraceToSelf(); err != nil {
+	dropPtrace, err := ptraceDropper()
+	if err != nil {
 		return fail(err)
 	}
 	// Every signal a command sends PID 1 lands here and is dropped;
 	// SIGCHLD also means children to reap.
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs)
-	sv := &server{out: os.Stdout, calls: map[uint32]*serverCall{}, waiters: map[int]chan syscall.WaitStatus{}}
+	sv := &server{out: os.Stdout, dropPtrace: dropPtrace, calls: map[uint32]*serverCall{}, waiters: map[int]chan syscall.WaitStatus{}}
 	go func() {
 		for sig := range sigs {
 			if sig == syscall.SIGCHLD {
@@ -370,40 +374,44 @@ const (
 	capVersion3       = 0x20080522
 )
 
-// keepPtraceToSelf: bwrap gives the server CAP_SYS_PTRACE (inside the
+// ptraceDropper: bwrap gives the server CAP_SYS_PTRACE (inside the
 // sandbox's user namespace) so that it can read the memory of any command
 // whose call its seccomp filter passes up, whatever its uid or dumpability;
-// commands must not get it. It is dropped from the bounding, inheritable and
-// ambient sets of every thread, which a command's capabilities after exec
-// are computed from, and kept in the server's effective set.
-func keepPtraceToSelf() error {
+// commands must not get it. Each command is forked from a thread of its own
+// that ends right after the fork, so the returned func drops the capability
+// from that thread's bounding, inheritable and ambient sets (which the
+// command's capabilities after exec are computed from) and every other
+// thread keeps it. Per thread, not AllThreadsSyscall, which a cgo build
+// refuses. nil: the server has no CAP_SYS_PTRACE to keep to itself.
+func ptraceDropper() (func() error, error) {
 	hdr := struct {
 		version uint32
 		pid     int32
 	}{version: capVersion3}
 	var data [2]struct{ effective, permitted, inheritable uint32 }
 	if _, _, e := syscall.RawSyscall(syscall.SYS_CAPGET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
-		return fmt.Errorf("reading the server's capabilities: %w", e)
+		return nil, fmt.Errorf("reading the server's capabilities: %w", e)
 	}
 	if data[0].permitted&(1<<capSysPtrace) == 0 {
-		return nil // bwrap gave none (no capabilities at all, or not asked)
+		return nil, nil // bwrap gave none (no capabilities at all, or not asked)
 	}
 	data[0].inheritable &^= 1 << capSysPtrace
-	for _, c := range []struct {
-		what       string
-		trap       uintptr
-		a1, a2, a3 uintptr
-	}{
-		{"lowering the ambient CAP_SYS_PTRACE", syscall.SYS_PRCTL, prCapAmbient, prCapAmbientLower, capSysPtrace},
-		{"dropping CAP_SYS_PTRACE from the bounding set", syscall.SYS_PRCTL, prCapbsetDrop, capSysPtrace, 0},
-		{"dropping the inheritable CAP_SYS_PTRACE", syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0},
-	} {
-		// Every thread: a command is forked from any of them.
-		if _, _, e := syscall.AllThreadsSyscall(c.trap, c.a1, c.a2, c.a3); e != 0 {
-			return fmt.Errorf("%s: %w", c.what, e)
+	return func() error {
+		for _, c := range []struct {
+			what       string
+			trap       uintptr
+			a1, a2, a3 uintptr
+		}{
+			{"lowering the ambient CAP_SYS_PTRACE", syscall.SYS_PRCTL, prCapAmbient, prCapAmbientLower, capSysPtrace},
+			{"dropping CAP_SYS_PTRACE from the bounding set", syscall.SYS_PRCTL, prCapbsetDrop, capSysPtrace, 0},
+			{"dropping the inheritable CAP_SYS_PTRACE", syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0},
+		} {
+			if _, _, e := syscall.RawSyscall(c.trap, c.a1, c.a2, c.a3); e != 0 {
+				return fmt.Errorf("%s: %w", c.what, e)
+			}
 		}
-	}
-	return nil
+		return nil
+	}, nil
 }
 
 func (sv *server) send(kind byte, id uint32, payload []byte) {
@@ -540,6 +548,12 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 			case <-c.goc:
 			case <-c.killc:
 				res <- started{err: errKilledBeforeStart}
+				return
+			}
+		}
+		if sv.dropPtrace != nil {
+			if err := sv.dropPtrace(); err != nil {
+				res <- started{err: errSetup{err}}
 				return
 			}
 		}
