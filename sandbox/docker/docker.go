@@ -16,6 +16,16 @@
 // ReadOnlyRoot a read-only root whose workdir and /tmp are anonymous
 // volumes. It is force-removed, with its volumes, at Close.
 //
+// disk_mb bounds the writable layer with the storage driver's quota
+// (disk.go): overlay2 on xfs with pquota, or btrfs with quotas enabled
+// (what .ci/setup configures); any other daemon fails Create with what to
+// configure. A layer full after a command is a "disk" denial.
+//
+// Refusals of Docker's seccomp profile (mount, ptrace of others, unshare,
+// ...) and connects refused under --network none leave no trace: the
+// daemon this rung is tested on (20.10) drops a profile's listenerPath, so
+// seccomp user notification is not available to it.
+//
 // Images: a snapshot layer (Layer.Ref, an image ID) is used as is; else
 // Config.Image when the daemon already holds it; else Config.Root is
 // imported (docker import of a tar of the root) and cached under a tag
@@ -91,9 +101,9 @@ type Rung struct {
 	cli  *client.Client
 	err  error
 
-	// uidMap is the daemon's id mapping once it has been checked.
+	// daemon is what the daemon is, once it has been checked.
 	mu     sync.Mutex
-	uidMap []string
+	daemon *daemonFacts
 }
 
 // New returns the docker rung; opts replace the default client options
@@ -134,31 +144,31 @@ func (r *Rung) Probe(ctx context.Context) sandbox.Probe {
 		p.Reason = fmt.Sprintf("docker daemon at %s unreachable: %v", cli.DaemonHost(), err)
 		return p
 	}
-	uidMap, err := r.checkUserNS(ctx, cli)
+	d, err := r.checkDaemon(ctx, cli)
 	if err != nil {
 		p.Reason = err.Error()
 		return p
 	}
 	p.Works = true
-	p.Reason = fmt.Sprintf("docker daemon API %s at %s; uid map %s", ping.APIVersion, cli.DaemonHost(), strings.Join(uidMap, "; "))
+	p.Reason = fmt.Sprintf("docker daemon API %s at %s; uid map %s; storage driver %s", ping.APIVersion, cli.DaemonHost(), strings.Join(d.uidMap, "; "), d.driver)
 	return p
 }
 
-// checkUserNS returns the daemon's id mapping, or why the rung refuses the
-// daemon; a good answer is kept (a daemon's remapping is fixed while it
-// runs).
-func (r *Rung) checkUserNS(ctx context.Context, cli *client.Client) ([]string, error) {
+// checkDaemon returns what the daemon is (its id mapping, storage driver),
+// or why the rung refuses it; a good answer is kept (a daemon's remapping
+// and storage are fixed while it runs).
+func (r *Rung) checkDaemon(ctx context.Context, cli *client.Client) (*daemonFacts, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.uidMap != nil {
-		return r.uidMap, nil
+	if r.daemon != nil {
+		return r.daemon, nil
 	}
-	m, err := daemonUIDMap(ctx, cli)
+	d, err := daemonInfo(ctx, cli)
 	if err != nil {
 		return nil, err
 	}
-	r.uidMap = m
-	return m, nil
+	r.daemon = d
+	return d, nil
 }
 
 // Create makes and starts the container.
@@ -171,7 +181,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 		return nil, fmt.Errorf("creating docker sandbox: workdir %q must be an absolute path below /", cfg.Workdir)
 	}
 	cfg.Workdir = path.Clean(cfg.Workdir)
-	uidMap, err := r.checkUserNS(ctx, cli)
+	daemon, err := r.checkDaemon(ctx, cli)
 	if err != nil {
 		return nil, fmt.Errorf("creating docker sandbox: %w", err)
 	}
@@ -226,6 +236,9 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 		ReadonlyPaths:  sandbox.ReadOnlyPaths,
 		ReadonlyRootfs: cfg.ReadOnlyRoot,
 		Resources:      container.Resources{PidsLimit: &pids},
+		// Commands can write to the keeper's stdout (/proc/1/fd/1), which
+		// the daemon stores on the host outside any disk_mb bound: capped.
+		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
 	}
 	if cfg.Policy.Network == sandbox.NetworkAllow && eg == nil {
 		hcfg.NetworkMode = "bridge"
@@ -240,6 +253,12 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 	}
 	if cpus := cfg.Limits.CPUs; cpus > 0 {
 		hcfg.NanoCPUs = int64(cpus * 1e9)
+	}
+	if mb := cfg.Limits.DiskMB; mb > 0 {
+		if err := daemon.diskOptions(mb, cfg.ReadOnlyRoot, hcfg); err != nil {
+			eg.close()
+			return nil, fmt.Errorf("creating docker sandbox: %w", err)
+		}
 	}
 	for _, d := range hostSys {
 		hcfg.Mounts = append(hcfg.Mounts, mount.Mount{Type: mount.TypeBind, Source: d, Target: d, ReadOnly: true})
@@ -258,9 +277,18 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 	created, err := cli.ContainerCreate(ctx, ccfg, hcfg, nil, nil, "")
 	if err != nil {
 		eg.close()
+		if mb := cfg.Limits.DiskMB; mb > 0 {
+			err = daemon.createError(mb, err)
+		}
 		return nil, fmt.Errorf("creating docker container from %s: %w", img, err)
 	}
-	s := &Sandbox{cli: cli, id: created.ID, cfg: cfg, image: img, pids: pids, hostSys: hostSys != nil, binds: hostSys, egress: eg, uidMap: uidMap}
+	s := &Sandbox{cli: cli, id: created.ID, cfg: cfg, image: img, pids: pids, hostSys: hostSys != nil, binds: hostSys, egress: eg, uidMap: daemon.uidMap}
+	if mb := cfg.Limits.DiskMB; mb > 0 {
+		if s.disk, err = daemon.boundDisk(ctx, cli, created.ID, mb); err != nil {
+			s.Close(ctx)
+			return nil, fmt.Errorf("creating docker sandbox: %w", err)
+		}
+	}
 	if s.imageUser, err = imageUser(ctx, cli, img); err != nil {
 		s.Close(ctx)
 		return nil, fmt.Errorf("creating docker sandbox: %w", err)
@@ -323,6 +351,8 @@ type Sandbox struct {
 	uidMap  []string
 	// pidsEvents is the container's pids.events ("" when not readable).
 	pidsEvents string
+	// disk watches the writable layer's disk_mb bound (nil without one).
+	disk diskBound
 	// user runs the commands; imageUser is the image's own ("0" if none),
 	// restored in snapshots since the container runs as root.
 	user, imageUser string
@@ -372,8 +402,9 @@ func (s *Sandbox) Report() sandbox.Report {
 	if mb := s.cfg.Limits.FileSizeMB; mb > 0 {
 		rep.Limits = append(rep.Limits, fmt.Sprintf("rlimit FSIZE %d MiB", mb))
 	}
-	if mb := s.cfg.Limits.DiskMB; mb > 0 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("disk_mb %d requested but not enforced on this rung (overlay2's size option needs xfs with pquota)", mb))
+	if s.disk != nil {
+		rep.Limits = append(rep.Limits, fmt.Sprintf("disk=%dMB", s.cfg.Limits.DiskMB))
+		rep.Notes = append(rep.Notes, s.disk.describe())
 	}
 	net := "network none"
 	if s.cfg.Policy.Network == sandbox.NetworkAllow && s.egress == nil {

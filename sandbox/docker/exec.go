@@ -116,6 +116,15 @@ wait:
 	if n := pidsMaxEvents(s.pidsEvents) - pidsBefore; n > 0 {
 		res.Denials = append(res.Denials, sandbox.Denial{Kind: "pids", Detail: fmt.Sprintf("%d fork(s) refused at the pids limit %d", n, s.pids)})
 	}
+	if s.disk != nil {
+		full, err := s.disk.full()
+		if err != nil {
+			return res, fmt.Errorf("docker exec in %s: %w", short(s.id), err)
+		}
+		if full != "" {
+			res.Denials = append(res.Denials, sandbox.Denial{Kind: "disk", Detail: full})
+		}
+	}
 	if res.TimedOut {
 		res.Denials = append(res.Denials, sandbox.Denial{Kind: "timeout", Detail: fmt.Sprintf("killed after %s", timeout)})
 		if res.ExitCode == 0 {

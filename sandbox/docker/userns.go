@@ -9,19 +9,45 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/client"
 )
+
+// daemonFacts is what the rung needs to know of its daemon, which does not
+// change while the daemon runs.
+type daemonFacts struct {
+	host      string   // the daemon's address, for messages
+	uidMap    []string // Report.UIDMap
+	driver    string   // storage driver
+	rootDir   string   // DockerRootDir (a remapped root's own)
+	backingFS string   // the driver's backing filesystem, when it says
+}
+
+// daemonInfo asks the daemon what it is and refuses it unless root in its
+// containers is an unprivileged uid on the host (daemonUIDMap).
+func daemonInfo(ctx context.Context, cli *client.Client) (*daemonFacts, error) {
+	info, err := cli.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("asking the docker daemon at %s how it maps container ids: %w", cli.DaemonHost(), err)
+	}
+	f := &daemonFacts{host: cli.DaemonHost(), driver: info.Driver, rootDir: info.DockerRootDir}
+	for _, kv := range info.DriverStatus {
+		if kv[0] == "Backing Filesystem" {
+			f.backingFS = kv[1]
+		}
+	}
+	if f.uidMap, err = daemonUIDMap(f.host, info); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
 
 // daemonUIDMap checks that root in the daemon's containers is an
 // unprivileged uid on the host, and describes the mapping (Report.UIDMap).
 // A daemon without user-namespace remapping runs containers as host root:
 // one kernel bug or misconfigured mount from owning the host, so the rung
 // refuses it rather than say so in a note.
-func daemonUIDMap(ctx context.Context, cli *client.Client) ([]string, error) {
-	info, err := cli.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("asking the docker daemon at %s how it maps container ids: %w", cli.DaemonHost(), err)
-	}
+func daemonUIDMap(host string, info system.Info) ([]string, error) {
 	var userns, rootless bool
 	for _, o := range info.SecurityOptions {
 		switch {
@@ -38,7 +64,7 @@ func daemonUIDMap(ctx context.Context, cli *client.Client) ([]string, error) {
 		return remapRange(info.DockerRootDir, "/etc/subuid"), nil
 	}
 	return nil, fmt.Errorf("the docker daemon at %s runs containers without user-namespace remapping, so root in a sandbox would be root on the host; "+
-		`set "userns-remap": "default" in /etc/docker/daemon.json and restart dockerd (.ci/setup does this), or use rootless Docker`, cli.DaemonHost())
+		`set "userns-remap": "default" in /etc/docker/daemon.json and restart dockerd (.ci/setup does this), or use rootless Docker`, host)
 }
 
 // remapRange describes a userns-remap daemon's mapping. Its root directory
