@@ -5,16 +5,29 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
 
 	"evals.si/engine"
+	"evals.si/model"
 	"evals.si/spec"
 	"evals.si/store"
 	"evals.si/trajectory"
 )
 
-// recorder writes the engine's run into the store.
+// recorder writes the engine's run into the store. Before a run writes
+// anything, it registers the run's secrets with the store, which redacts
+// them from every text it keeps (store.AddSecrets).
 type recorder struct {
 	store *store.Store
+	// getenv reads the worker variables the spec names (default
+	// os.Getenv, which the CLI agent reads env_from with).
+	getenv func(string) string
+
+	mu      sync.Mutex
+	secrets map[string]bool // runs whose secrets are registered
 }
 
 func (r *recorder) StartRun(ctx context.Context, rs engine.RunStart) (string, error) {
@@ -22,11 +35,116 @@ func (r *recorder) StartRun(ctx context.Context, rs engine.RunStart) (string, er
 	if err := json.Unmarshal(rs.Spec, &s); err != nil {
 		return "", fmt.Errorf("decoding spec for the store: %w", err)
 	}
+	r.store.AddSecrets(runSecrets(&s, r.env())...)
 	run, err := r.store.CreateRun(ctx, store.RunInput{Name: rs.Name, Spec: &s, SpecPath: rs.SpecPath})
 	if err != nil {
 		return "", err
 	}
+	r.registered(run.ID)
 	return run.ID, nil
+}
+
+func (r *recorder) env() func(string) string {
+	if r.getenv != nil {
+		return r.getenv
+	}
+	return os.Getenv
+}
+
+// registered notes that runID's secrets are registered and reports whether
+// they were already.
+func (r *recorder) registered(runID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.secrets[runID] {
+		return true
+	}
+	if r.secrets == nil {
+		r.secrets = map[string]bool{}
+	}
+	r.secrets[runID] = true
+	return false
+}
+
+// registerStored registers the secrets of a run this recorder did not start
+// (a resumed run), from its stored spec.
+func (r *recorder) registerStored(ctx context.Context, runID string) error {
+	if r.registered(runID) {
+		return nil
+	}
+	run, err := r.store.GetRun(ctx, runID)
+	if err != nil {
+		return fmt.Errorf("reading run %s for its secrets: %w", runID, err)
+	}
+	s, err := run.DecodeSpec()
+	if err != nil {
+		return err
+	}
+	r.store.AddSecrets(runSecrets(s, r.env())...)
+	return nil
+}
+
+// runSecrets are the values of every worker variable the spec names: by
+// the spec's convention, a field named api_key_env holds a variable's name,
+// and env_from and *_env maps (headers_env) map to variable names; a model
+// reference without api_key_env reads its connector's default key variable.
+// Walking the spec by that convention, rather than listing today's fields,
+// keeps a new connector or agent kind from being forgotten.
+func runSecrets(s *spec.Spec, getenv func(string) string) []string {
+	var names []string
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Pointer, reflect.Interface:
+			if !v.IsNil() {
+				walk(v.Elem())
+			}
+		case reflect.Slice, reflect.Array:
+			for i := range v.Len() {
+				walk(v.Index(i))
+			}
+		case reflect.Map:
+			for it := v.MapRange(); it.Next(); {
+				walk(it.Value())
+			}
+		case reflect.Struct:
+			if ref, ok := v.Interface().(spec.ModelRef); ok && ref.APIKeyEnv == "" {
+				switch ref.Connector {
+				case model.ConnectorOpenAI:
+					names = append(names, model.DefaultOpenAIKeyEnv)
+				case model.ConnectorAnthropic:
+					names = append(names, model.DefaultAnthropicKeyEnv)
+				}
+			}
+			t := v.Type()
+			for i := range t.NumField() {
+				f := t.Field(i)
+				if !f.IsExported() {
+					continue
+				}
+				tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+				fv := v.Field(i)
+				switch {
+				case tag == "api_key_env" && fv.Kind() == reflect.String:
+					names = append(names, fv.String())
+				case (tag == "env_from" || strings.HasSuffix(tag, "_env")) && fv.Kind() == reflect.Map && fv.Type().Elem().Kind() == reflect.String:
+					for it := fv.MapRange(); it.Next(); {
+						names = append(names, it.Value().String())
+					}
+				default:
+					walk(fv)
+				}
+			}
+		}
+	}
+	walk(reflect.ValueOf(s))
+	var values []string
+	for _, n := range names {
+		if v := getenv(n); v != "" {
+			values = append(values, v)
+		}
+	}
+	return values
 }
 
 func (r *recorder) FinishRun(ctx context.Context, runID, status string, sum *engine.Summary, errMsg string) error {
@@ -41,6 +159,9 @@ func (r *recorder) FinishRun(ctx context.Context, runID, status string, sum *eng
 // running. A retry discards the failed attempt's events and scores; the
 // attempt counter says it happened.
 func (r *recorder) StartTrial(ctx context.Context, runID string, rec spec.Record, trial, attempt int) (string, error) {
+	if err := r.registerStored(ctx, runID); err != nil {
+		return "", err
+	}
 	recJSON, err := json.Marshal(rec)
 	if err != nil {
 		return "", fmt.Errorf("encoding record %s: %w", rec.ID, err)
@@ -98,6 +219,7 @@ func (r *recorder) FinishTrial(ctx context.Context, trialID string, o *engine.Ou
 	res := store.TrialResult{
 		Status: store.TrialFinished, ErrorKind: o.ErrorKind, Error: o.Error, Output: o.Output,
 		Isolation: o.Isolation, Usage: o.Usage, CostUSD: o.CostUSD,
+		SpendUsage: o.Spend.Usage, SpendCostUSD: o.Spend.CostUSD,
 	}
 	if o.Status == engine.TrialErrored {
 		res.Status = store.TrialErrored

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"evals.si/engine"
@@ -58,7 +59,10 @@ func (a *App) Resume(ctx context.Context, runID string, o RunOptions) (*engine.S
 	if err != nil {
 		return nil, err
 	}
-	if err := sameRecords(run.ID, plan.Records, trials); err != nil {
+	// The store holds records with the run's secrets redacted; compare the
+	// dataset's the same way.
+	a.store.AddSecrets(runSecrets(s, os.Getenv)...)
+	if err := sameRecords(run.ID, plan.Records, trials, a.store.RedactJSON); err != nil {
 		return nil, ResumeError{err}
 	}
 	done, err := a.finishedOutcomes(ctx, run.ID, trials, plan.Evaluators)
@@ -101,14 +105,14 @@ func specDir(path string) string {
 // sameRecords refuses to resume when a stored trial's record is gone from
 // the dataset or differs from it: mixing trials of two datasets in one run
 // would make its scores meaningless.
-func sameRecords(runID string, recs []spec.Record, trials []store.Trial) error {
+func sameRecords(runID string, recs []spec.Record, trials []store.Trial, redact func([]byte) []byte) error {
 	byID := make(map[string][]byte, len(recs))
 	for _, r := range recs {
 		b, err := json.Marshal(r)
 		if err != nil {
 			return fmt.Errorf("encoding record %s: %w", r.ID, err)
 		}
-		byID[r.ID] = b
+		byID[r.ID] = redact(b)
 	}
 	for _, t := range trials {
 		cur, ok := byID[t.RecordID]
@@ -139,9 +143,11 @@ func (a *App) finishedOutcomes(ctx context.Context, runID string, trials []store
 			continue
 		}
 		o := &engine.Outcome{
-			RunID: runID, RecordID: t.RecordID, Trial: t.Trial, Attempt: t.Attempt,
+			// The store counts attempts from 1, the engine from 0.
+			RunID: runID, RecordID: t.RecordID, Trial: t.Trial, Attempt: max(t.Attempt-1, 0),
 			Status: engine.TrialCompleted, ErrorKind: t.ErrorKind, Error: t.Error, Output: t.Output,
 			Usage: t.Usage, CostUSD: t.CostUSD, Isolation: t.Isolation, Started: t.StartedAt, Finished: t.FinishedAt,
+			Spend: engine.Spend{Usage: t.SpendUsage, CostUSD: t.SpendCostUSD},
 		}
 		if t.Status == store.TrialErrored {
 			o.Status = engine.TrialErrored

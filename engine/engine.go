@@ -71,12 +71,29 @@ type Outcome struct {
 	Evaluations []evaluate.EvaluatorResult
 	Usage       trajectory.Usage
 	CostUSD     float64
-	Isolation   json.RawMessage
-	Started     time.Time
-	Finished    time.Time
+	// Spend is what every attempt of the trial spent, errored and retried
+	// ones included (Usage and CostUSD are the final attempt's).
+	Spend     Spend
+	Isolation json.RawMessage
+	Started   time.Time
+	Finished  time.Time
 	// Timing splits the attempt's wall time (model, sandbox, engine).
 	Timing Timing
 }
+
+// Spend is tokens and cost spent.
+type Spend struct {
+	Usage   trajectory.Usage
+	CostUSD float64
+}
+
+func (s Spend) add(o Spend) Spend {
+	return Spend{Usage: s.Usage.Add(o.Usage), CostUSD: s.CostUSD + o.CostUSD}
+}
+
+// ErrorKindStore is the error kind of a trial the store could not record:
+// its result exists only in this run's summary, so the run is failed.
+const ErrorKindStore = "store"
 
 // TrialRunner runs one attempt of one trial. An error return is an
 // infrastructure error (retried, then reported); a completed trial returns
@@ -162,7 +179,13 @@ type Summary struct {
 	Aggregate evaluate.Summary `json:"aggregate"`
 	CostUSD   float64          `json:"cost_usd"`
 	Tokens    int              `json:"tokens"`
-	Elapsed   float64          `json:"elapsed_seconds"`
+	// CostUSDInclRetries and TokensInclRetries are the run's whole spend:
+	// CostUSD and Tokens count each trial's final attempt, these every
+	// attempt, errored and retried ones included. Attempts counts them.
+	CostUSDInclRetries float64 `json:"cost_usd_incl_retries"`
+	TokensInclRetries  int     `json:"tokens_incl_retries"`
+	Attempts           int     `json:"attempts"`
+	Elapsed            float64 `json:"elapsed_seconds"`
 	// ErrorsByKind counts errored trials per error kind.
 	ErrorsByKind map[string]int `json:"errors_by_kind,omitempty"`
 }
@@ -281,9 +304,16 @@ feed:
 	close(jobs)
 	wg.Wait()
 
-	status := StatusCompleted
+	status, errMsg := StatusCompleted, ""
 	if ctx.Err() != nil {
 		status = StatusInterrupted
+	}
+	if n, first := storeErrors(outcomes); n > 0 {
+		// The store lacks these trials' results: the run is not a complete
+		// record, whatever its summary says.
+		status = StatusFailed
+		errMsg = fmt.Sprintf("%d trial(s) could not be recorded in the store (first: %s); resume the run to rerun them", n, first)
+		log.Error("run failed", "err", errMsg)
 	}
 	// Aggregate in plan order, not completion order, so that a run's
 	// summary does not depend on scheduling (float sums are order-sensitive)
@@ -301,10 +331,23 @@ feed:
 	sum := Summarize(runID, p.Name, status, len(p.Records), trials, outcomes, p.Evaluators)
 	sum.Elapsed = time.Since(start).Seconds()
 	// Record the end even when interrupted: the caller's context is done.
-	if err := e.Recorder.FinishRun(context.WithoutCancel(ctx), runID, status, sum, ""); err != nil {
+	if err := e.Recorder.FinishRun(context.WithoutCancel(ctx), runID, status, sum, errMsg); err != nil {
 		return sum, fmt.Errorf("recording run end: %w", err)
 	}
 	return sum, nil
+}
+
+// storeErrors counts the outcomes the store could not record.
+func storeErrors(outcomes []*Outcome) (n int, first string) {
+	for _, o := range outcomes {
+		if o.Status == TrialErrored && o.ErrorKind == ErrorKindStore {
+			if n == 0 {
+				first = o.Error
+			}
+			n++
+		}
+	}
+	return n, first
 }
 
 func passed(o *Outcome, name string) bool {
@@ -328,15 +371,27 @@ func (o *Outcome) Scores() []evaluate.Score {
 // runTrial runs one trial with retries. It returns nil when the run was
 // interrupted before the trial finished.
 func (e *Engine) runTrial(ctx context.Context, log *slog.Logger, p *Plan, runID string, j job, retries int, timeout time.Duration) *Outcome {
-	var last *Outcome
+	var (
+		last  *Outcome
+		spent Spend // by every attempt so far
+	)
 	for attempt := 0; attempt <= retries; attempt++ {
 		if ctx.Err() != nil {
 			return nil
 		}
 		trialID, err := e.Recorder.StartTrial(ctx, runID, j.record, j.trial, attempt)
 		if err != nil {
-			log.Error("recording trial start", "record", j.record.ID, "trial", j.trial, "err", err)
-			return nil
+			if ctx.Err() != nil {
+				return nil
+			}
+			// Not silently dropped: an errored trial that counts in the
+			// summary and fails the run (see Run), retried like any
+			// infrastructure error.
+			now := time.Now()
+			last = &Outcome{RunID: runID, RecordID: j.record.ID, Trial: j.trial, Attempt: attempt, Status: TrialErrored,
+				ErrorKind: ErrorKindStore, Error: fmt.Sprintf("recording the trial's start: %v", err), Spend: spent, Started: now, Finished: now}
+			log.Error("recording trial start", "record", j.record.ID, "trial", j.trial, "attempt", attempt, "err", err)
+			continue
 		}
 		tc := &TrialContext{RunID: runID, TrialID: trialID, Record: j.record, Trial: j.trial, Attempt: attempt}
 		// Events stream to the store through the journal and are also kept,
@@ -346,6 +401,9 @@ func (e *Engine) runTrial(ctx context.Context, log *slog.Logger, p *Plan, runID 
 		var (
 			evMu   sync.Mutex
 			events []trajectory.Event
+			// called sums the model calls the attempt recorded: the spend
+			// of an attempt that errors before returning its usage.
+			called Spend
 		)
 		tc.Emit = trajectory.SinkFunc(func(ev trajectory.Event) error {
 			evMu.Lock()
@@ -356,6 +414,9 @@ func (e *Engine) runTrial(ctx context.Context, log *slog.Logger, p *Plan, runID 
 			}
 			if err := jr.add(ev); err != nil {
 				return err
+			}
+			if mc := ev.ModelCall; mc != nil {
+				called = called.add(Spend{Usage: mc.Usage, CostUSD: mc.CostUSD})
 			}
 			events = append(events, mem.forMemory(ev))
 			return nil
@@ -405,6 +466,16 @@ func (e *Engine) runTrial(ctx context.Context, log *slog.Logger, p *Plan, runID 
 		}
 		o.Started, o.Finished = started, time.Now()
 		o.Timing = m.timing(o.Finished.Sub(started))
+		// The attempt's own report of its spend wins (an agent's session
+		// totals); without one, its recorded model calls are what it spent.
+		evMu.Lock()
+		attemptSpend := Spend{Usage: o.Usage, CostUSD: o.CostUSD}
+		if attemptSpend.Usage.Total() == 0 && attemptSpend.CostUSD == 0 {
+			attemptSpend = called
+		}
+		evMu.Unlock()
+		spent = spent.add(attemptSpend)
+		o.Spend = spent
 		last = o
 		if o.Status == TrialErrored && retryable(err) && attempt < retries {
 			// Not finished in the store: the next attempt resets the trial,
@@ -413,7 +484,11 @@ func (e *Engine) runTrial(ctx context.Context, log *slog.Logger, p *Plan, runID 
 			continue
 		}
 		if ferr := e.Recorder.FinishTrial(context.WithoutCancel(ctx), trialID, o); ferr != nil {
+			// The store does not have this result: the trial counts as
+			// errored and the run fails (see Run), rather than a summary
+			// the store cannot reproduce.
 			log.Error("recording trial end", "trial", trialID, "err", ferr)
+			o.Status, o.ErrorKind, o.Error, o.Evaluations = TrialErrored, ErrorKindStore, fmt.Sprintf("recording the trial's end: %v", ferr), nil
 		}
 		return o
 	}
@@ -454,6 +529,13 @@ func Summarize(runID, name, status string, records, trials int, outcomes []*Outc
 	for _, o := range outcomes {
 		sum.CostUSD += o.CostUSD
 		sum.Tokens += o.Usage.Total()
+		spend := o.Spend
+		if spend.Usage.Total() == 0 && spend.CostUSD == 0 {
+			spend = Spend{Usage: o.Usage, CostUSD: o.CostUSD} // recorded before spend was kept
+		}
+		sum.CostUSDInclRetries += spend.CostUSD
+		sum.TokensInclRetries += spend.Usage.Total()
+		sum.Attempts += o.Attempt + 1
 		r := evaluate.TrialResult{RecordID: o.RecordID, Trial: o.Trial, Evaluations: o.Evaluations}
 		if o.Status == TrialErrored {
 			sum.Errored++

@@ -14,13 +14,21 @@ import (
 )
 
 // JSONSummary is the contract of `evalsi run --json`: exactly these keys.
+// Keys are only ever added. The spend keys: cost_usd and tokens count each
+// trial's final attempt; cost_usd_incl_retries and tokens_incl_retries
+// every attempt, errored and retried ones included; attempts counts them.
 type JSONSummary struct {
-	RunID   string             `json:"run_id"`
-	Status  string             `json:"status"`
-	Records int                `json:"records"`
-	Trials  int                `json:"trials"`
-	Errored int                `json:"errored"`
-	Scores  map[string]float64 `json:"scores"`
+	RunID              string             `json:"run_id"`
+	Status             string             `json:"status"`
+	Records            int                `json:"records"`
+	Trials             int                `json:"trials"`
+	Errored            int                `json:"errored"`
+	Scores             map[string]float64 `json:"scores"`
+	CostUSD            float64            `json:"cost_usd"`
+	Tokens             int                `json:"tokens"`
+	CostUSDInclRetries float64            `json:"cost_usd_incl_retries"`
+	TokensInclRetries  int                `json:"tokens_incl_retries"`
+	Attempts           int                `json:"attempts"`
 }
 
 // WriteJSON writes the one-object JSON summary.
@@ -30,7 +38,8 @@ func WriteJSON(w io.Writer, s *engine.Summary) error {
 		scores = map[string]float64{}
 	}
 	enc := json.NewEncoder(w)
-	return enc.Encode(JSONSummary{RunID: s.RunID, Status: s.Status, Records: s.Records, Trials: s.Trials, Errored: s.Errored, Scores: scores})
+	return enc.Encode(JSONSummary{RunID: s.RunID, Status: s.Status, Records: s.Records, Trials: s.Trials, Errored: s.Errored, Scores: scores,
+		CostUSD: s.CostUSD, Tokens: s.Tokens, CostUSDInclRetries: s.CostUSDInclRetries, TokensInclRetries: s.TokensInclRetries, Attempts: s.Attempts})
 }
 
 // WriteTable writes the human summary: per score the mean and errored
@@ -61,6 +70,11 @@ func WriteTable(w io.Writer, s *engine.Summary) error {
 		return err
 	}
 	fmt.Fprintf(w, "spend: $%.4f  tokens: %d  elapsed: %.1fs\n", s.CostUSD, s.Tokens, s.Elapsed)
+	if s.Attempts > s.Records*s.Trials || s.CostUSDInclRetries != s.CostUSD || s.TokensInclRetries != s.Tokens {
+		// Errored and retried attempts spent too; the line above counts
+		// each trial's final attempt.
+		fmt.Fprintf(w, "spend incl. retries: $%.4f  tokens: %d  attempts: %d\n", s.CostUSDInclRetries, s.TokensInclRetries, s.Attempts)
+	}
 	if len(s.ErrorsByKind) > 0 {
 		var kinds []string
 		for k, n := range s.ErrorsByKind {

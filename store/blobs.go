@@ -42,7 +42,7 @@ func (s *Store) PutBlobReader(ctx context.Context, r io.Reader) (digest string, 
 		}
 	}()
 	h := sha256.New()
-	size, err = io.Copy(io.MultiWriter(tmp, h), ctxReader{ctx, r})
+	size, err = io.Copy(io.MultiWriter(tmp, h), ctxReader{ctx, s.redact.reader(r)})
 	if err != nil {
 		return "", 0, fmt.Errorf("storing blob: writing %s: %w", tmp.Name(), err)
 	}

@@ -13,6 +13,7 @@ func (s *Store) PutEvaluations(ctx context.Context, trialID string, results json
 	if !json.Valid(results) {
 		return fmt.Errorf("storing evaluations of trial %s: not valid JSON", trialID)
 	}
+	results = s.redact.json(results)
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO evaluations (trial_id, results) VALUES (?, ?)
 			ON CONFLICT (trial_id) DO UPDATE SET results = excluded.results`, trialID, string(results))

@@ -32,6 +32,7 @@ func (s *Store) AppendEvent(ctx context.Context, trialID string, e trajectory.Ev
 	if err != nil {
 		return fmt.Errorf("appending %s event to trial %s: encoding it: %w", e.Kind, trialID, err)
 	}
+	payload = s.redact.json(payload)
 	var inline, blob any = string(payload), nil
 	if len(payload) > InlineLimit {
 		d, err := s.PutBlob(ctx, payload)

@@ -39,6 +39,7 @@ func (s *Store) AppendEvents(ctx context.Context, trialID string, evs []trajecto
 		if err != nil {
 			return fmt.Errorf("appending %s event to trial %s: encoding it: %w", e.Kind, trialID, err)
 		}
+		payload = s.redact.json(payload)
 		r := row{seq: e.Seq, kind: string(e.Kind), time: formatTime(e.Time), inline: string(payload)}
 		if len(payload) > InlineLimit {
 			d, err := s.PutBlob(ctx, payload)

@@ -89,7 +89,7 @@ func (s *Store) CreateRun(ctx context.Context, in RunInput) (Run, error) {
 		if err != nil {
 			return Run{}, fmt.Errorf("creating run: encoding spec: %w", err)
 		}
-		specJSON = b
+		specJSON = s.redact.json(b)
 		if in.Name == "" {
 			in.Name = in.Spec.Name
 		}
@@ -100,6 +100,7 @@ func (s *Store) CreateRun(ctx context.Context, in RunInput) (Run, error) {
 		}
 	}
 	now := time.Now().UTC()
+	in.Name, in.SpecPath = s.redact.text(in.Name), s.redact.text(in.SpecPath)
 	r := Run{
 		Name:      in.Name,
 		Spec:      specJSON,
@@ -138,7 +139,8 @@ func (s *Store) FinishRun(ctx context.Context, id, status string, summary json.R
 	if !validRunStatus(status) || status == RunRunning {
 		return fmt.Errorf("finishing run %s: status %q is not one of %s, %s, %s", id, status, RunCompleted, RunInterrupted, RunFailed)
 	}
-	sum, err := nullJSON("summary", summary)
+	errMsg = s.redact.text(errMsg)
+	sum, err := nullJSON("summary", s.redact.json(summary))
 	if err != nil {
 		return fmt.Errorf("finishing run %s: %w", id, err)
 	}

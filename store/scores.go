@@ -28,7 +28,7 @@ func (s *Store) PutScores(ctx context.Context, trialID string, scores []Score) e
 		if math.IsNaN(sc.Value) {
 			return fmt.Errorf("storing scores of trial %s: score %q is NaN", trialID, sc.Name)
 		}
-		d, err := nullJSON("details of score "+sc.Name, sc.Details)
+		d, err := nullJSON("details of score "+sc.Name, s.redact.json(sc.Details))
 		if err != nil {
 			return fmt.Errorf("storing scores of trial %s: %w", trialID, err)
 		}

@@ -72,6 +72,8 @@ type Store struct {
 	// qmu guards queue, the writes waiting for the next commit.
 	qmu   sync.Mutex
 	queue []*writeReq
+	// redact holds the secrets no stored text may contain (redact.go).
+	redact redactor
 }
 
 // DefaultPath is where the embedded store lives by default:

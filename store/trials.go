@@ -46,6 +46,11 @@ type Trial struct {
 	Isolation json.RawMessage
 	Usage     trajectory.Usage
 	CostUSD   float64
+	// SpendUsage and SpendCostUSD are what every attempt of the trial
+	// spent, errored and retried ones included; Usage and CostUSD are the
+	// final attempt's. Zero for trials recorded without them.
+	SpendUsage   trajectory.Usage
+	SpendCostUSD float64
 
 	CreatedAt  time.Time
 	StartedAt  time.Time
@@ -75,10 +80,14 @@ type TrialResult struct {
 	Isolation json.RawMessage
 	Usage     trajectory.Usage
 	CostUSD   float64
+	// SpendUsage and SpendCostUSD include every attempt's spend (see Trial).
+	SpendUsage   trajectory.Usage
+	SpendCostUSD float64
 }
 
 const trialColumns = `id, run_id, record_id, trial, attempt, status, passed, error_kind, error, record,
-	output, output_blob, isolation, input_tokens, output_tokens, cost_usd, created_at, started_at, finished_at`
+	output, output_blob, isolation, input_tokens, output_tokens, cost_usd,
+	spend_input_tokens, spend_output_tokens, spend_cost_usd, created_at, started_at, finished_at`
 
 func (in TrialInput) validate() error {
 	if in.RunID == "" {
@@ -123,7 +132,7 @@ func (s *Store) upsertTrial(ctx context.Context, in TrialInput, start bool) (Tri
 	if err := in.validate(); err != nil {
 		return Trial{}, err
 	}
-	record, err := nullJSON("record", in.Record)
+	record, err := nullJSON("record", s.redact.json(in.Record))
 	if err != nil {
 		return Trial{}, err
 	}
@@ -170,10 +179,11 @@ func (s *Store) FinishTrial(ctx context.Context, id string, r TrialResult) error
 	if r.Status != TrialFinished && r.Status != TrialErrored {
 		return fmt.Errorf("finishing trial %s: status %q is not %s or %s", id, r.Status, TrialFinished, TrialErrored)
 	}
-	iso, err := nullJSON("isolation report", r.Isolation)
+	iso, err := nullJSON("isolation report", s.redact.json(r.Isolation))
 	if err != nil {
 		return fmt.Errorf("finishing trial %s: %w", id, err)
 	}
+	r.Output, r.Error, r.ErrorKind = s.redact.text(r.Output), s.redact.text(r.Error), s.redact.text(r.ErrorKind)
 	var passed any
 	if r.Passed != nil {
 		passed = boolInt(*r.Passed)
@@ -188,10 +198,12 @@ func (s *Store) FinishTrial(ctx context.Context, id string, r TrialResult) error
 	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE trials SET status = ?, passed = ?, error_kind = ?, error = ?,
-			output = ?, output_blob = ?, isolation = ?, input_tokens = ?, output_tokens = ?, cost_usd = ?, finished_at = ?
+			output = ?, output_blob = ?, isolation = ?, input_tokens = ?, output_tokens = ?, cost_usd = ?,
+			spend_input_tokens = ?, spend_output_tokens = ?, spend_cost_usd = ?, finished_at = ?
 			WHERE id = ?`,
 			r.Status, passed, r.ErrorKind, r.Error, output, outputBlob, iso,
-			r.Usage.InputTokens, r.Usage.OutputTokens, r.CostUSD, formatTime(time.Now()), id)
+			r.Usage.InputTokens, r.Usage.OutputTokens, r.CostUSD,
+			r.SpendUsage.InputTokens, r.SpendUsage.OutputTokens, r.SpendCostUSD, formatTime(time.Now()), id)
 		if err != nil {
 			return err
 		}
@@ -312,6 +324,7 @@ func (s *Store) queryTrials(ctx context.Context, q querier, where string, args .
 		)
 		if err := rows.Scan(&t.ID, &t.RunID, &t.RecordID, &t.Trial, &t.Attempt, &t.Status, &passed, &t.ErrorKind, &t.Error,
 			&record, &output, &outputBlob, &iso, &t.Usage.InputTokens, &t.Usage.OutputTokens, &t.CostUSD,
+			&t.SpendUsage.InputTokens, &t.SpendUsage.OutputTokens, &t.SpendCostUSD,
 			&created, &started, &finished); err != nil {
 			return nil, err
 		}

@@ -62,6 +62,9 @@ func TestTrialLifecycle(t *testing.T) {
 		Isolation: json.RawMessage(`{"rung":"bwrap","limits":["memory"]}`),
 		Usage:     trajectory.Usage{InputTokens: 100, OutputTokens: 20},
 		CostUSD:   0.0125,
+		// Two attempts: a retried one spent as much again.
+		SpendUsage:   trajectory.Usage{InputTokens: 200, OutputTokens: 40},
+		SpendCostUSD: 0.025,
 	}
 	if err := s.FinishTrial(ctx, running.ID, res); err != nil {
 		t.Fatal(err)
@@ -72,6 +75,7 @@ func TestTrialLifecycle(t *testing.T) {
 	}
 	if done.Status != TrialFinished || done.Passed == nil || *done.Passed || done.Output != "the answer" ||
 		done.Usage != res.Usage || done.CostUSD != res.CostUSD || string(done.Isolation) != string(res.Isolation) ||
+		done.SpendUsage != res.SpendUsage || done.SpendCostUSD != res.SpendCostUSD ||
 		done.FinishedAt.IsZero() || done.Unfinished() {
 		t.Fatalf("finished trial = %+v", done)
 	}

@@ -32,9 +32,15 @@
 //   - A non-zero exit is the agent's outcome, not an infrastructure error:
 //     it is recorded (a log event with the tail of stderr, and the stop
 //     reason StopExited) and the checker still grades the end state. The run
-//     is an error only when the command could not start at all: the sandbox
-//     failed, or sh reported 126/127 (the program is not there or not
-//     executable: the install is missing).
+//     is an error when the command could not start at all (the sandbox
+//     failed, or sh reported 126/127: the program is not there or not
+//     executable, the install is missing), and when the format says the
+//     agent's own run failed: its model provider answered with an error
+//     (Claude Code's API errors, Codex's turn.failed, or a provider error
+//     reported before a non-zero exit) or the program crashed (Claude
+//     Code's error_during_execution). The engine retries such errors and
+//     reports the trial errored; the agent's own stops (its turn limit,
+//     budget, timeout) stay scores.
 package cli
 
 import (
@@ -345,6 +351,17 @@ func (r *run) turn(ctx context.Context, instruction string) (string, stopInfo, e
 		}
 	case stop.reason == "":
 		stop.reason = agent.StopAnswered
+	}
+	// The agent's provider or program failing is no outcome of the task:
+	// an infrastructure error, retried like one. Its own stops (turn or
+	// budget limits, an answer, a timeout) stay outcomes, also after a
+	// provider error it got past.
+	ownStop := sum.stop != "" && sum.stop != StopAgentError
+	if failure := sum.failure; !res.TimedOut && (failure != "" || (res.ExitCode != 0 && sum.lastError != "" && !ownStop)) {
+		if failure == "" {
+			failure = sum.lastError
+		}
+		return "", stopInfo{}, fmt.Errorf("the agent's own run failed (exit code %d): %s", res.ExitCode, failure)
 	}
 	return a.redactString(sum.output), stop, nil
 }

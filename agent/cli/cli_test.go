@@ -357,3 +357,46 @@ func TestOutputLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestProviderFailureIsAnError: a CLI agent whose provider fails (the
+// recorded output of the real Claude Code and Codex against a provider
+// answering 401 or 500, replayed by the command, which exits 1 as they do)
+// returns an error, which the engine retries and reports as errored,
+// instead of a result the checker would score 0. The agent's own stop (its
+// turn limit) exiting 1 is still a result.
+func TestProviderFailureIsAnError(t *testing.T) {
+	for _, c := range []struct{ format, file string }{
+		{cli.FormatClaude, "claude-provider-401.jsonl"},
+		{cli.FormatClaude, "claude-provider-500.jsonl"},
+		{cli.FormatCodex, "codex-provider-401.jsonl"},
+		{cli.FormatCodex, "codex-provider-500.jsonl"},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			out, err := os.ReadFile("testdata/" + c.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := newAgent(t, spec.CLIAgent{Command: "cat out.jsonl; exit 1", OutputFormat: c.format})
+			sb := bwraptest.New(t, "/work/task")
+			if err := sb.WriteFile(t.Context(), "/work/task/out.jsonl", out, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			rec := &recorder{}
+			res, err := a.Run(t.Context(), agent.Task{RecordID: "r1", Instruction: "fix it", Sandbox: sb, Workdir: "/work/task", Emit: rec})
+			if err == nil {
+				t.Fatalf("Run returned a result (stop %q) for a failed provider; want an error", res.StopReason)
+			}
+			if res.StopReason != agent.StopError || len(rec.kinds(trajectory.KindError)) != 1 {
+				t.Errorf("stop %q, %d error events; want %q and one", res.StopReason, len(rec.kinds(trajectory.KindError)), agent.StopError)
+			}
+		})
+	}
+	// Its own turn limit, after a provider error it got past, is a result.
+	apiError := `{"type":"assistant","message":{"id":"m1","model":"<synthetic>","content":[{"type":"text","text":"API Error: 500 overloaded"}]},"is_api_error_message":true}`
+	maxTurns := `{"type":"result","subtype":"error_max_turns","is_error":true,"num_turns":3,"session_id":"s"}`
+	a := newAgent(t, spec.CLIAgent{Command: "echo '" + apiError + "'; echo '" + maxTurns + "'; exit 1", OutputFormat: cli.FormatClaude})
+	res, _, _ := run(t, a, "fix it")
+	if res.StopReason != agent.StopMaxSteps {
+		t.Errorf("turn limit: stop %q, want %q", res.StopReason, agent.StopMaxSteps)
+	}
+}

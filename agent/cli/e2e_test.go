@@ -1,9 +1,11 @@
 package cli_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -251,5 +253,121 @@ evaluators: [policy-violations]
 		if tr.Output != "installed" {
 			t.Errorf("trial %d saw %q, want exactly one install line", tr.Trial, tr.Output)
 		}
+	}
+}
+
+// TestSecretsNeverStored: a CLI agent writes its env_from secret into a
+// file of the repository and prints it (its answer, over the inline limit,
+// goes to a blob), and the checker prints the file. Afterwards no form of
+// the secret is in any file of the store: the SQLite database with its WAL
+// and the blob directory (the diff artifact, large outputs), while the
+// diff, checker output and answer are there with the secret redacted.
+func TestSecretsNeverStored(t *testing.T) {
+	requireTools(t)
+	if _, err := exec.LookPath("git"); err != nil {
+		testenv.Missing(t, "git", "git is not installed")
+	}
+	secret := fmt.Sprintf("evalsi-test-secret-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
+	t.Setenv("EVALSI_TEST_SECRET", secret)
+	yaml := `
+name: cli-secret
+dataset: {records: [{id: leak, input: leak it}]}
+target:
+  agent:
+    cli:
+      command: 'echo "KEY=$AGENT_KEY" > leaked.txt; echo "my key is $AGENT_KEY"; head -c 70000 /dev/zero | tr "\0" x; echo; echo "again $AGENT_KEY"'
+      env_from: {AGENT_KEY: EVALSI_TEST_SECRET}
+environment:
+  setup:
+    - git init -q && git -c user.name=t -c user.email=t@localhost commit -q --allow-empty -m init
+  env:
+    GIT_CONFIG_COUNT: "1"
+    GIT_CONFIG_KEY_0: safe.directory
+    GIT_CONFIG_VALUE_0: "*"
+  sandbox: {ladder: [bwrap]}
+  checker:
+    command: [sh, -c, 'cat leaked.txt; exit 1']
+evaluators: [task-success]
+`
+	dir := t.TempDir()
+	f, err := spec.Parse(filepath.Join(dir, "spec.yaml"), []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Dir = dir
+	ctx := context.Background()
+	db := filepath.Join(dir, "store", "evalsi.db")
+	app, err := embedded.Open(ctx, embedded.Options{StorePath: db, StateDir: filepath.Join(dir, "state"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := app.Run(ctx, f, embedded.RunOptions{})
+	if err != nil {
+		app.Close()
+		t.Fatal(err)
+	}
+	d, err := app.RunDetail(ctx, sum.RunID)
+	if err != nil || len(d.Trials) != 1 || d.Trials[0].Status != store.TrialFinished {
+		app.Close()
+		t.Fatalf("run detail %+v, %v", d.Trials, err)
+	}
+	tr := d.Trials[0]
+	arts, err := app.Store().Artifacts(ctx, tr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var diff []byte
+	for _, a := range arts {
+		if a.Name == "diff.patch" {
+			diff, err = app.Store().GetBlob(ctx, a.Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !strings.Contains(string(diff), "+KEY="+store.Redacted) {
+		t.Errorf("stored diff does not show the redacted change:\n%s", diff)
+	}
+	if tr.OutputBlob == "" || !strings.Contains(tr.Output, "my key is "+store.Redacted) {
+		t.Errorf("answer (blob %q) lacks the redacted key: %.100q", tr.OutputBlob, tr.Output)
+	}
+	evs, err := app.Store().Events(ctx, tr.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var checked bool
+	for _, e := range evs {
+		if e.Kind == trajectory.KindChecker && strings.Contains(e.Checker.Output, "KEY="+store.Redacted) {
+			checked = true
+		}
+	}
+	if !checked {
+		t.Error("no checker event with the redacted key: the checker's output path was not exercised")
+	}
+	if err := app.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Every file of the store, byte for byte.
+	scanned := 0
+	err = filepath.WalkDir(filepath.Dir(db), func(p string, de fs.DirEntry, err error) error {
+		if err != nil || de.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		scanned++
+		if bytes.Contains(b, []byte(secret)) {
+			t.Errorf("%s holds the secret", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if scanned < 3 {
+		t.Errorf("scanned %d files; want the database and blobs", scanned)
 	}
 }

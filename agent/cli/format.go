@@ -36,6 +36,18 @@ type summary struct {
 	// unreadable counts lines that were not events of the format.
 	unreadable      int
 	firstUnreadable string
+	// failure is set when the format says the agent's run itself failed,
+	// not the task: its model provider answered with an error, or the
+	// agent program crashed (Claude Code's API errors and
+	// error_during_execution, Codex's turn.failed, a DeepSeek Harness turn
+	// ending in error). An infrastructure error of the agent's, never a
+	// score.
+	failure string
+	// lastError is the last provider error the output reported on the way
+	// (Codex's error events, Claude Code's API error messages), which a
+	// later success may make moot: it counts only when the command then
+	// exits non-zero.
+	lastError string
 }
 
 // parser holds what the format parsers share: the event sink, the step

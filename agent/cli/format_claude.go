@@ -29,7 +29,11 @@ import (
 //	                       cost_usd), the session's usage, which replace the
 //	                       per-call sums; subtype success is answered,
 //	                       error_max_turns max_steps, error_max_budget_usd
-//	                       budget_usd, other errors agent_error
+//	                       budget_usd, other errors agent_error; a provider
+//	                       error (is_error with api_error_status or
+//	                       terminal_reason api_error) or
+//	                       error_during_execution fails the run (an
+//	                       infrastructure error, not a score)
 //
 // Other lines (rate_limit_event, stream_event, …) are skipped.
 func (p *parser) claude(r io.Reader) error {
@@ -46,6 +50,11 @@ func (p *parser) claude(r io.Reader) error {
 			Tools     []string `json:"tools"`
 			// assistant, user
 			Message json.RawMessage `json:"message"`
+			// assistant: a message Claude Code made up from an API error
+			IsAPIError bool `json:"is_api_error_message"`
+			// result: set when the session ended on a provider error
+			APIErrorStatus int    `json:"api_error_status"`
+			TerminalReason string `json:"terminal_reason"`
 			// result
 			IsError      bool              `json:"is_error"`
 			Result       *string           `json:"result"`
@@ -101,7 +110,9 @@ func (p *parser) claude(r io.Reader) error {
 			if err := p.message(trajectory.RoleAssistant, strings.Join(texts, "\n"), calls); err != nil {
 				return err
 			}
-			if len(texts) > 0 {
+			if ev.IsAPIError {
+				p.sum.lastError = "claude code: " + strings.Join(texts, "\n")
+			} else if len(texts) > 0 {
 				p.sum.output = strings.Join(texts, "\n")
 			}
 			for _, c := range calls {
@@ -157,6 +168,9 @@ func (p *parser) claude(r io.Reader) error {
 				p.sum.stop, p.sum.stopDetail = agent.StopBudgetUSD, "claude code stopped at its budget"
 			default:
 				detail := "claude code reported " + ev.Subtype
+				if ev.IsError && ev.Result != nil && *ev.Result != "" {
+					detail = "claude code: " + *ev.Result
+				}
 				for _, e := range ev.Errors {
 					if t := textOf(e); t != "" {
 						detail += ": " + t
@@ -164,6 +178,12 @@ func (p *parser) claude(r io.Reader) error {
 					}
 				}
 				p.sum.stop, p.sum.stopDetail = StopAgentError, detail
+				if ev.Subtype == "error_during_execution" || ev.APIErrorStatus != 0 || ev.TerminalReason == "api_error" {
+					p.sum.failure = detail
+					if ev.APIErrorStatus != 0 {
+						p.sum.failure += fmt.Sprintf(" (provider status %d)", ev.APIErrorStatus)
+					}
+				}
 			}
 		}
 		return nil

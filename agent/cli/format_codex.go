@@ -18,8 +18,10 @@ import (
 //	                                 report its model calls one by one):
 //	                                 input_tokens (cached_input_tokens are a
 //	                                 part of them) and output_tokens
-//	turn.failed {error{message}}     stop agent_error with the message
-//	error {message}                  a log event
+//	turn.failed {error{message}}     stop agent_error with the message; the
+//	                                 run failed (an infrastructure error)
+//	error {message}                  a log event; a provider error when
+//	                                 the command then exits non-zero
 //	item.started {item}              tool-like items: the tool_call event
 //	item.completed {item}            by item.type:
 //	  agent_message {text}           an assistant message; the last is the answer
@@ -74,11 +76,13 @@ func (p *parser) codex(r io.Reader) error {
 				msg = ev.Error.Message
 			}
 			p.sum.stop, p.sum.stopDetail = StopAgentError, "codex: "+msg
+			p.sum.failure = "codex: " + msg
 			if p.open {
 				// The turn's calls were made; Codex reports no usage for them.
 				return p.modelCall("", trajectory.Usage{}, 0, "failed")
 			}
 		case "error":
+			p.sum.lastError = "codex: " + ev.Message
 			return p.logf("codex error: %s", ev.Message)
 		case "request_user_input":
 			return p.logf("codex asked for user input, which codex exec cannot give: %s", line)

@@ -29,7 +29,9 @@ import (
 //	                                       toolCallId, is_error when error is set
 //	turn/end {turn, reason{kind}}         completed is answered; any other kind
 //	                                       (aborted, blocked, error, max-tokens,
-//	                                       interrupted) is agent_error
+//	                                       interrupted) is agent_error; error
+//	                                       fails the run (an infrastructure
+//	                                       error, not a score)
 //
 // An event's time, when it parses as RFC 3339 or Unix milliseconds, is kept
 // as the event's time. turn/start, step/start, step/end, assistant/chunk
@@ -133,6 +135,9 @@ func (p *parser) dsh(r io.Reader) error {
 					detail += ": " + d.Reason.Message
 				}
 				p.sum.stop, p.sum.stopDetail = StopAgentError, detail
+				if kind == "error" {
+					p.sum.failure = detail
+				}
 			}
 		}
 		return nil

@@ -234,3 +234,47 @@ func TestParseOutputPublic(t *testing.T) {
 		t.Error("unknown format: no error")
 	}
 }
+
+// TestParseProviderFailures: the real CLIs' output when their model
+// provider answers 401 or 500 (recorded from Claude Code and Codex against
+// a server answering only that status) says the run failed; the agent's
+// own stops (turn and budget limits, a DeepSeek Harness turn cut at
+// max-tokens) do not.
+func TestParseProviderFailures(t *testing.T) {
+	for _, c := range []struct {
+		format, file, want string
+	}{
+		{FormatClaude, "claude-provider-401.jsonl", "401"},
+		{FormatClaude, "claude-provider-500.jsonl", "500"},
+		{FormatCodex, "codex-provider-401.jsonl", "401 Unauthorized"},
+		{FormatCodex, "codex-provider-500.jsonl", "high demand"},
+	} {
+		sum, _ := parseFixture(t, c.format, c.file, 0)
+		if !strings.Contains(sum.failure, c.want) {
+			t.Errorf("%s: failure %q, want it to name %q", c.file, sum.failure, c.want)
+		}
+	}
+	for _, c := range []struct{ format, line string }{
+		{FormatClaude, `{"type":"result","subtype":"error_max_turns","is_error":true,"num_turns":3,"session_id":"s"}`},
+		{FormatClaude, `{"type":"result","subtype":"error_max_budget_usd","is_error":true,"session_id":"s"}`},
+		{FormatClaude, `{"type":"result","subtype":"success","is_error":false,"result":"done","session_id":"s"}`},
+		{FormatDSH, `{"type":"turn/end","seq":1,"data":{"turn":1,"reason":{"kind":"max-tokens"}}}`},
+		{FormatCodex, `{"type":"error","message":"stream disconnected, retrying 1/5"}` + "\n" + `{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":1}}`},
+	} {
+		p := &parser{emit: func(trajectory.Event) error { return nil }}
+		sum, err := parseFormat(c.format, []byte(c.line+"\n"), p)
+		if err != nil || sum.failure != "" {
+			t.Errorf("%s: failure %q, err %v; the agent's own stop is no failure", c.line, sum.failure, err)
+		}
+	}
+	p := &parser{emit: func(trajectory.Event) error { return nil }}
+	sum, _ := parseFormat(FormatClaude, []byte(`{"type":"result","subtype":"error_during_execution","is_error":true,"session_id":"s","errors":["boom"]}`+"\n"), p)
+	if !strings.Contains(sum.failure, "error_during_execution") {
+		t.Errorf("error_during_execution: failure %q", sum.failure)
+	}
+	p = &parser{emit: func(trajectory.Event) error { return nil }}
+	sum, _ = parseFormat(FormatDSH, []byte(`{"type":"turn/end","seq":1,"data":{"turn":1,"reason":{"kind":"error","message":"provider 500"}}}`+"\n"), p)
+	if !strings.Contains(sum.failure, "provider 500") {
+		t.Errorf("dsh turn ending in error: failure %q", sum.failure)
+	}
+}
