@@ -5,7 +5,9 @@
 // A checker that cannot run is an *InfraError (errors.As-able), never a
 // failed verdict: the checker command's own timeout, exit 126 or 127 (not
 // executable, not found), files that cannot be written, a parser that finds
-// no parsable output. A failing test is Pass=false with no error.
+// no parsable output. A failing test is Pass=false with no error. Its Cause
+// lets the engine tell a checker that cannot run at all (checked once per
+// environment, before any agent) from one an agent broke.
 package checker
 
 import (
@@ -48,14 +50,40 @@ type Verdict struct {
 	Output   string
 }
 
-// InfraError is a checker that could not run or could not be read: the
-// trial errored, the task did not fail.
+// InfraError is a checker that could not run or could not be read. On an
+// untouched environment that is an infrastructure error (the trial
+// errored, the task did not fail); after an agent, whether it is depends
+// on Cause (see AgentCausable).
 type InfraError struct {
 	// Reason says what went wrong, for people.
 	Reason string
 	// Err is the underlying error, if any.
 	Err error
+	// Cause is where it went wrong: CauseFiles, CauseStart, CauseTimeout,
+	// CauseParser or CauseSandbox.
+	Cause string
 }
+
+// Causes of an InfraError.
+const (
+	// CauseFiles: a checker file could not be written.
+	CauseFiles = "files"
+	// CauseStart: the command could not be started (exit 126 or 127).
+	CauseStart = "start"
+	// CauseTimeout: the command ran past the checker's timeout.
+	CauseTimeout = "timeout"
+	// CauseParser: the parser found no verdict in what the command left.
+	CauseParser = "parser"
+	// CauseSandbox: the sandbox itself failed to run the command.
+	CauseSandbox = "sandbox"
+)
+
+// AgentCausable reports whether the sandbox's state explains the failure
+// (files, interpreter, output, a command that hangs): an agent can bring
+// that about, so a checker that ran on the untouched environment and fails
+// this way after the agent is the agent's failure. A sandbox that failed
+// to run the command is not.
+func (e *InfraError) AgentCausable() bool { return e.Cause != CauseSandbox }
 
 func (e *InfraError) Error() string {
 	if e.Err != nil {
@@ -66,8 +94,8 @@ func (e *InfraError) Error() string {
 
 func (e *InfraError) Unwrap() error { return e.Err }
 
-func infraf(format string, args ...any) *InfraError {
-	return &InfraError{Reason: fmt.Sprintf(format, args...)}
+func infraf(cause, format string, args ...any) *InfraError {
+	return &InfraError{Reason: fmt.Sprintf(format, args...), Cause: cause}
 }
 
 // Run writes cfg.Files (relative paths under workdir, absolute ones as
@@ -91,16 +119,8 @@ func Run(ctx context.Context, sb Sandbox, cfg spec.Checker, workdir string, reg 
 		return Verdict{}, err
 	}
 
-	names := make([]string, 0, len(cfg.Files))
-	for name := range cfg.Files {
-		names = append(names, name)
-	}
-	sort.Strings(names) // deterministic order, so failures are reproducible
-	for _, name := range names {
-		p := resolve(workdir, name)
-		if err := sb.WriteFile(ctx, p, []byte(cfg.Files[name]), 0o644); err != nil {
-			return Verdict{}, &InfraError{Reason: "writing checker file " + p, Err: err}
-		}
+	if err := writeFiles(ctx, sb, cfg.Files, workdir); err != nil {
+		return Verdict{}, err
 	}
 
 	timeout := cfg.Timeout.D()
@@ -112,32 +132,67 @@ func Run(ctx context.Context, sb Sandbox, cfg spec.Checker, workdir string, reg 
 		if ctx.Err() != nil {
 			return Verdict{}, fmt.Errorf("running the checker: %w", ctx.Err())
 		}
-		return Verdict{}, &InfraError{Reason: fmt.Sprintf("running %q in the sandbox", cfg.Command), Err: err}
+		return Verdict{}, &InfraError{Reason: fmt.Sprintf("running %q in the sandbox", cfg.Command), Err: err, Cause: CauseSandbox}
 	}
 	out := tail(append(append([]byte(nil), res.Stdout...), res.Stderr...), outputCap)
 	switch {
 	case res.TimedOut:
-		return Verdict{}, infraf("the checker command %q timed out after %s (raise environment.checker.timeout if it needs longer); output: %s", cfg.Command, timeout, snippet(out))
+		return Verdict{}, infraf(CauseTimeout, "the checker command %q timed out after %s (raise environment.checker.timeout if it needs longer); output: %s", cfg.Command, timeout, snippet(out))
 	case res.ExitCode == 126:
-		return Verdict{}, infraf("the checker command %q could not be executed (exit 126: not executable); output: %s", cfg.Command, snippet(out))
+		return Verdict{}, infraf(CauseStart, "the checker command %q could not be executed (exit 126: not executable); output: %s", cfg.Command, snippet(out))
 	case res.ExitCode == 127:
-		return Verdict{}, infraf("the checker command %q could not be started (exit 127: not found or not executable): is its interpreter installed in the image? output: %s", cfg.Command, snippet(out))
+		return Verdict{}, infraf(CauseStart, "the checker command %q could not be started (exit 127: not found or not executable): is its interpreter installed in the image? output: %s", cfg.Command, snippet(out))
 	}
 
 	v, err := parse(ctx, res, sb, workdir)
 	if err != nil {
 		var ie *InfraError
 		if errors.As(err, &ie) {
-			return Verdict{}, err
+			return Verdict{}, &InfraError{Reason: ie.Reason, Err: ie.Err, Cause: CauseParser}
 		}
-		return Verdict{}, &InfraError{Reason: "parser " + parserName, Err: err}
+		return Verdict{}, &InfraError{Reason: "parser " + parserName, Err: err, Cause: CauseParser}
 	}
 	if v.Score < 0 || v.Score > 1 {
-		return Verdict{}, infraf("parser %s returned score %v, outside [0, 1]", parserName, v.Score)
+		return Verdict{}, infraf(CauseParser, "parser %s returned score %v, outside [0, 1]", parserName, v.Score)
 	}
 	v.ExitCode = res.ExitCode
 	v.Output = out
 	return v, nil
+}
+
+// writeFiles writes the checker's files. The engine owns their paths:
+// whatever the agent left there (a directory, a symlink, a FIFO) is
+// removed first, inside the sandbox, so it cannot make the checker fail to
+// start or block writing. What cannot be removed or written is a
+// CauseFiles error.
+func writeFiles(ctx context.Context, sb Sandbox, files map[string]string, workdir string) error {
+	if len(files) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names) // deterministic order, so failures are reproducible
+	paths := make([]string, len(names))
+	for i, name := range names {
+		paths[i] = resolve(workdir, name)
+	}
+	// rm -rf does not follow a symlink at the path, and removes a
+	// directory tree or a FIFO without opening it. Its result is not
+	// checked: what it could not clear, writing reports.
+	if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: append([]string{"rm", "-rf", "--"}, paths...), Workdir: "/", Timeout: time.Minute}); err != nil && ctx.Err() != nil {
+		return fmt.Errorf("clearing the checker's file paths: %w", ctx.Err())
+	}
+	for i, p := range paths {
+		if err := sb.WriteFile(ctx, p, []byte(files[names[i]]), 0o644); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("writing checker file %s: %w", p, ctx.Err())
+			}
+			return &InfraError{Reason: "writing checker file " + p, Err: err, Cause: CauseFiles}
+		}
+	}
+	return nil
 }
 
 // resolve makes a sandbox path absolute: relative paths are under workdir.

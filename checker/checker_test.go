@@ -88,21 +88,23 @@ func TestRunOutputRecorded(t *testing.T) {
 func TestRunInfraErrors(t *testing.T) {
 	sb := newSandbox(t)
 	tests := []struct {
-		name string
-		cfg  spec.Checker
-		want string // substring of the error
+		name  string
+		cfg   spec.Checker
+		want  string // substring of the error
+		cause string
 	}{
-		{"missing interpreter", spec.Checker{Command: []string{"python9.99", "-m", "pytest"}}, "could not be started (exit 127"},
-		{"missing command inside a script", spec.Checker{Command: []string{"sh", "-c", "no-such-runner --all"}}, "exit 127"},
-		{"not executable", spec.Checker{Files: map[string]string{"run.sh": "exit 0\n"}, Command: []string{"sh", "-c", "./run.sh"}}, "exit 126"},
-		{"checker timeout", spec.Checker{Command: []string{"sleep", "60"}, Timeout: spec.Duration(500 * 1e6)}, "timed out"},
-		{"json without an object", spec.Checker{Command: []string{"echo", "5 passed"}, Parser: "json"}, "no JSON object"},
-		{"json score out of range", spec.Checker{Command: []string{"echo", `{"score": 7}`}, Parser: "json"}, "must be in [0, 1]"},
-		{"json wrong type", spec.Checker{Command: []string{"echo", `{"pass": "yes"}`}, Parser: "json"}, `"pass" must be true or false`},
-		{"json neither field", spec.Checker{Command: []string{"echo", `{"ok": true}`}, Parser: "json"}, `neither "pass" nor "score"`},
-		{"junit missing report", spec.Checker{Command: []string{"true"}, Parser: "junit:reports/none.xml"}, "wrote no report at /work/task/reports/none.xml"},
-		{"junit not xml", spec.Checker{Files: map[string]string{"bad.xml": "PASSED 3"}, Command: []string{"true"}, Parser: "junit:bad.xml"}, "is not JUnit XML"},
-		{"junit wrong root", spec.Checker{Files: map[string]string{"html.xml": "<html><body/></html>"}, Command: []string{"true"}, Parser: "junit:html.xml"}, "root element <html>"},
+		{"missing interpreter", spec.Checker{Command: []string{"python9.99", "-m", "pytest"}}, "could not be started (exit 127", CauseStart},
+		{"missing command inside a script", spec.Checker{Command: []string{"sh", "-c", "no-such-runner --all"}}, "exit 127", CauseStart},
+		{"not executable", spec.Checker{Files: map[string]string{"run.sh": "exit 0\n"}, Command: []string{"sh", "-c", "./run.sh"}}, "exit 126", CauseStart},
+		{"checker timeout", spec.Checker{Command: []string{"sleep", "60"}, Timeout: spec.Duration(500 * 1e6)}, "timed out", CauseTimeout},
+		{"json without an object", spec.Checker{Command: []string{"echo", "5 passed"}, Parser: "json"}, "no JSON object", CauseParser},
+		{"json score out of range", spec.Checker{Command: []string{"echo", `{"score": 7}`}, Parser: "json"}, "must be in [0, 1]", CauseParser},
+		{"json wrong type", spec.Checker{Command: []string{"echo", `{"pass": "yes"}`}, Parser: "json"}, `"pass" must be true or false`, CauseParser},
+		{"json neither field", spec.Checker{Command: []string{"echo", `{"ok": true}`}, Parser: "json"}, `neither "pass" nor "score"`, CauseParser},
+		{"junit missing report", spec.Checker{Command: []string{"true"}, Parser: "junit:reports/none.xml"}, "wrote no report at /work/task/reports/none.xml", CauseParser},
+		{"junit not xml", spec.Checker{Files: map[string]string{"bad.xml": "PASSED 3"}, Command: []string{"true"}, Parser: "junit:bad.xml"}, "is not JUnit XML", CauseParser},
+		{"a file under a regular file", spec.Checker{Files: map[string]string{"plain": "x", "plain/inner": "x"}, Command: []string{"true"}}, "writing checker file", CauseFiles},
+		{"junit wrong root", spec.Checker{Files: map[string]string{"html.xml": "<html><body/></html>"}, Command: []string{"true"}, Parser: "junit:html.xml"}, "root element <html>", CauseParser},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,6 +115,34 @@ func TestRunInfraErrors(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error = %q, want it to contain %q", err, tc.want)
+			}
+			if ie.Cause != tc.cause || !ie.AgentCausable() {
+				t.Errorf("cause %q (agent-causable %v), want %q", ie.Cause, ie.AgentCausable(), tc.cause)
+			}
+		})
+	}
+}
+
+// The engine owns the checker's file paths: a directory, a symlink loop, a
+// symlink elsewhere or a FIFO an agent left at one is removed, the file is
+// written and the checker grades as usual.
+func TestRunClearsWhatTheAgentLeftAtCheckerPaths(t *testing.T) {
+	sb := newSandbox(t)
+	cfg := spec.Checker{
+		Files:   map[string]string{"test_hidden.py": "ok\n"},
+		Command: []string{"sh", "-c", "test -f test_hidden.py && test ! -L test_hidden.py && grep -qx ok test_hidden.py"},
+	}
+	for _, tc := range []struct{ name, plant string }{
+		{"directory", "mkdir -p test_hidden.py/sub && touch test_hidden.py/sub/x"},
+		{"symlink loop", "ln -s loop_b test_hidden.py && ln -s test_hidden.py loop_b"},
+		{"symlink out of the workdir", "ln -s /etc/passwd test_hidden.py"},
+		{"fifo", "mkfifo test_hidden.py"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sh(t, sb, "rm -rf test_hidden.py loop_b; "+tc.plant)
+			v, err := Run(t.Context(), sb, cfg, testWorkdir, NewRegistry())
+			if err != nil || !v.Pass {
+				t.Fatalf("Run = %+v, %v; want the checker to pass on the file it wrote", v, err)
 			}
 		})
 	}

@@ -128,7 +128,7 @@ func parseExitCode(_ context.Context, res sandbox.ExecResult, _ Sandbox, _ strin
 func parseJSON(_ context.Context, res sandbox.ExecResult, _ Sandbox, _ string) (Verdict, error) {
 	obj := findJSONObject(res.Stdout)
 	if obj == nil {
-		return Verdict{}, infraf("json parser: no JSON object on the checker's stdout (print {\"pass\": bool, \"score\": 0..1, \"details\": ...} as the last line); stdout: %s", snippet(string(res.Stdout)))
+		return Verdict{}, infraf(CauseParser, "json parser: no JSON object on the checker's stdout (print {\"pass\": bool, \"score\": 0..1, \"details\": ...} as the last line); stdout: %s", snippet(string(res.Stdout)))
 	}
 	var f struct {
 		Pass    json.RawMessage `json:"pass"`
@@ -136,24 +136,24 @@ func parseJSON(_ context.Context, res sandbox.ExecResult, _ Sandbox, _ string) (
 		Details json.RawMessage `json:"details"`
 	}
 	if err := json.Unmarshal(obj, &f); err != nil {
-		return Verdict{}, infraf("json parser: reading %s: %v", obj, err)
+		return Verdict{}, infraf(CauseParser, "json parser: reading %s: %v", obj, err)
 	}
 	absent := func(r json.RawMessage) bool { return len(r) == 0 || string(r) == "null" }
 	if absent(f.Pass) && absent(f.Score) {
-		return Verdict{}, infraf("json parser: the object %s has neither \"pass\" nor \"score\"", snippet(string(obj)))
+		return Verdict{}, infraf(CauseParser, "json parser: the object %s has neither \"pass\" nor \"score\"", snippet(string(obj)))
 	}
 	var v Verdict
 	if !absent(f.Score) {
 		if err := json.Unmarshal(f.Score, &v.Score); err != nil {
-			return Verdict{}, infraf("json parser: \"score\" must be a number in [0, 1], got %s", f.Score)
+			return Verdict{}, infraf(CauseParser, "json parser: \"score\" must be a number in [0, 1], got %s", f.Score)
 		}
 		if v.Score < 0 || v.Score > 1 {
-			return Verdict{}, infraf("json parser: \"score\" must be in [0, 1], got %s", f.Score)
+			return Verdict{}, infraf(CauseParser, "json parser: \"score\" must be in [0, 1], got %s", f.Score)
 		}
 	}
 	if !absent(f.Pass) {
 		if err := json.Unmarshal(f.Pass, &v.Pass); err != nil {
-			return Verdict{}, infraf("json parser: \"pass\" must be true or false, got %s", f.Pass)
+			return Verdict{}, infraf(CauseParser, "json parser: \"pass\" must be true or false, got %s", f.Pass)
 		}
 		if absent(f.Score) && v.Pass {
 			v.Score = 1
@@ -233,7 +233,7 @@ func junitParser(reportPath string) Parser {
 			return Verdict{}, &InfraError{Reason: "junit parser: " + p + " is not JUnit XML", Err: err}
 		}
 		if n := root.XMLName.Local; n != "testsuites" && n != "testsuite" {
-			return Verdict{}, infraf("junit parser: %s has root element <%s>, not <testsuites> or <testsuite>", p, n)
+			return Verdict{}, infraf(CauseParser, "junit parser: %s has root element <%s>, not <testsuites> or <testsuite>", p, n)
 		}
 		var passed, skipped int
 		var failed []string

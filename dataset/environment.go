@@ -16,14 +16,46 @@ import (
 // result validated. base is never modified; the result shares nothing with
 // it. A record without metadata.environment gets a copy of base (nil stays
 // nil).
+//
+// The spec file's author sets the weakest sandbox policy a run may have; a
+// record may tighten base but never loosen it (see Looser): one that asks
+// for more is refused with a *LooserError naming the record and the field.
+// A nil base is no spec at all (inspecting what a dataset carries): there
+// is nothing to loosen then, so runs must pass the spec's environment,
+// defaults applied, never nil.
 func Environment(base *spec.Environment, rec spec.Record) (*spec.Environment, error) {
+	env, err := merged(base, rec)
+	if err != nil {
+		return nil, err
+	}
+	if env == base {
+		return copyEnv(base)
+	}
+	// Before validation, so a record reaching for the host rung hears that
+	// it may not, rather than how to enable it.
+	if fields := Looser(base, env); base != nil && len(fields) > 0 {
+		return nil, &LooserError{Record: rec.ID, Fields: fields}
+	}
+	if err := env.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", overrideName(rec), err)
+	}
+	return env, nil
+}
+
+func overrideName(rec spec.Record) string {
+	return fmt.Sprintf("record %q metadata.environment", rec.ID)
+}
+
+// merged lays rec's metadata.environment over base and applies defaults,
+// unvalidated; with no override it returns base itself.
+func merged(base *spec.Environment, rec spec.Record) (*spec.Environment, error) {
 	override, ok := rec.Metadata["environment"]
 	if !ok || override.IsZero() {
-		return copyEnv(base)
+		return base, nil
 	}
 	// Decode the override on its own first, so a misspelt or mistyped field
 	// is reported as such (with a suggestion) rather than lost in the merge.
-	name := fmt.Sprintf("record %q metadata.environment", rec.ID)
+	name := overrideName(rec)
 	var check spec.Environment
 	if err := spec.Decode(name, override, &check); err != nil {
 		return nil, err
@@ -32,18 +64,18 @@ func Environment(base *spec.Environment, rec spec.Record) (*spec.Environment, er
 	if err := decodeJSON(override, &over); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	var merged map[string]any
+	var m map[string]any
 	if base != nil {
 		b, err := json.Marshal(base)
 		if err != nil {
 			return nil, fmt.Errorf("encoding the spec's environment: %w", err)
 		}
-		if err := decodeJSON(b, &merged); err != nil {
+		if err := decodeJSON(b, &m); err != nil {
 			return nil, fmt.Errorf("encoding the spec's environment: %w", err)
 		}
 	}
-	merged = merge(merged, over)
-	b, err := json.Marshal(merged)
+	m = merge(m, over)
+	b, err := json.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -52,9 +84,6 @@ func Environment(base *spec.Environment, rec spec.Record) (*spec.Environment, er
 		return nil, fmt.Errorf("%s: merging over the spec's environment: %w", name, err)
 	}
 	env.ApplyDefaults()
-	if err := env.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
 	return env, nil
 }
 

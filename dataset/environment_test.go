@@ -25,8 +25,8 @@ func TestEnvironment(t *testing.T) {
 				t.Errorf("copy differs: %+v", e)
 			}
 		}},
-		{"one nested scalar", `{"sandbox": {"memory_mb": 8192}}`, func(t *testing.T, e *spec.Environment) {
-			if e.Sandbox.MemoryMB != 8192 || e.Sandbox.Workdir != "/testbed" || e.Sandbox.MinIsolation != "namespaced" {
+		{"one nested scalar", `{"sandbox": {"memory_mb": 1024}}`, func(t *testing.T, e *spec.Environment) {
+			if e.Sandbox.MemoryMB != 1024 || e.Sandbox.Workdir != "/testbed" || e.Sandbox.MinIsolation != "namespaced" {
 				t.Errorf("sandbox = %+v", e.Sandbox)
 			}
 			if e.Image != base.Image || !reflect.DeepEqual(e.Checker, base.Checker) {
@@ -51,8 +51,8 @@ func TestEnvironment(t *testing.T) {
 				t.Errorf("image %q checker %+v", e.Image, e.Checker)
 			}
 		}},
-		{"new sections get defaults", `{"checker": {"command": ["sh", "run-tests.sh"], "parser": "json"}, "command_timeout": "5m"}`, func(t *testing.T, e *spec.Environment) {
-			if e.Checker.Parser != "json" || e.Checker.Timeout.D() != spec.DefaultCheckerTimeout || e.CommandTimeout.D() != 5*time.Minute {
+		{"new sections get defaults", `{"checker": {"command": ["sh", "run-tests.sh"], "parser": "json"}, "command_timeout": "1m"}`, func(t *testing.T, e *spec.Environment) {
+			if e.Checker.Parser != "json" || e.Checker.Timeout.D() != spec.DefaultCheckerTimeout || e.CommandTimeout.D() != time.Minute {
 				t.Errorf("checker %+v timeout %v", e.Checker, e.CommandTimeout)
 			}
 		}},
@@ -84,7 +84,10 @@ func TestEnvironmentFromJSONL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := Environment(f.Spec.Environment, recs[2])
+	// The spec lets records use the network; record 2 narrows it.
+	base := f.Spec.Environment
+	base.SetupNetwork, base.Sandbox.Network = "allow", "allow"
+	e, err := Environment(base, recs[2])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +109,7 @@ func TestEnvironmentNilBase(t *testing.T) {
 
 func TestEnvironmentErrors(t *testing.T) {
 	base := loadSpec(t, "testdata/spec.yaml").Spec.Environment
+	base.Sandbox.Network = "allow"
 	for _, tc := range []struct{ name, metadata, want string }{
 		{"not an object", `["a"]`, `record "bad" metadata.environment:1:1: the value must be a mapping, not a list`},
 		{"misspelt field", `{"sandbox": {"memroy_mb": 1}}`, `record "bad" metadata.environment:1:14: unknown field "memroy_mb" in sandbox; did you mean "memory_mb"?`},
@@ -113,6 +117,7 @@ func TestEnvironmentErrors(t *testing.T) {
 		{"bad duration", `{"command_timeout": "2 minutes"}`, `record "bad" metadata.environment:1:21: bad duration "2 minutes" for command_timeout; use a number with a unit: "90s", "10m", "1h30m"`},
 		{"invalid after merge", `{"sandbox": {"network": "allowlist"}}`, `record "bad" metadata.environment: environment.sandbox.network: network allowlist needs allow_hosts; list the hosts in allow_hosts as host:port`},
 		{"bad enum", `{"sandbox": {"network": "maybe"}}`, `record "bad" metadata.environment: environment.sandbox.network: bad network "maybe"; use one of deny, allowlist, allow`},
+		{"looser", `{"sandbox": {"memory_mb": 4096}}`, `record "bad" metadata.environment asks for a weaker sandbox than the spec allows (sandbox.memory_mb: 4096 is looser than the spec's 2048); a record may only tighten the spec's environment: loosen it in the spec file if you mean it, or remove the field from the record`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := spec.Record{ID: "bad", Metadata: map[string]spec.JSON{"environment": spec.JSON(tc.metadata)}}

@@ -23,8 +23,16 @@ type Policy struct {
 	// host. Allowed IP literals and "localhost" are always taken at their
 	// word, since naming them is explicit.
 	AllowPrivate bool `json:"allow_private,omitempty"`
-	// SocketDir is where the unix socket (egress.sock) is made; empty: a
-	// new temporary directory, removed by Close.
+	// AllowAll is network: allow through the proxy: every host:port gets
+	// through except destinations on the engine's own machine (loopback,
+	// link-local, unspecified, and the addresses of its own interfaces),
+	// checked on the addresses a name resolves to, which are the ones
+	// dialled. AllowHosts is ignored. Every attempt is still reported.
+	AllowAll bool `json:"allow_all,omitempty"`
+	// SocketDir is where the proxy makes a directory of its own holding
+	// its unix socket (egress.sock), so proxies sharing SocketDir never
+	// share a socket; empty: the system's temporary directory. Close
+	// removes the proxy's directory.
 	SocketDir string `json:"socket_dir,omitempty"`
 	// MaxConns bounds concurrent client connections over both listeners
 	// (default 128); more wait in the listen backlog.

@@ -1,5 +1,6 @@
 // Package egress is the logging egress proxy through which sandboxes with an
-// allowlist network policy reach the outside.
+// allowlist network policy, or network: allow (Policy.AllowAll), reach the
+// outside.
 //
 // The proxy speaks HTTP CONNECT (tunnels, for HTTPS and anything else over
 // TCP) and plain HTTP proxying (absolute-URI requests). It listens on a
@@ -12,7 +13,8 @@
 // What it does not do: it cannot see inside CONNECT tunnels, so an allowed
 // host:port can carry any protocol; it never follows redirects (the client
 // sees them and must ask again, through the policy); names of refused hosts
-// are never resolved. Against DNS rebinding it refuses allowed names that
+// are never resolved. In allow-all mode every destination but the engine's
+// own machine gets through (see Policy.AllowAll). Against DNS rebinding it refuses allowed names that
 // resolve to loopback, private or link-local addresses (unless
 // Policy.AllowPrivate) and dials the very addresses it checked; it does not
 // check certificates or SNI, which would need TLS interception.
@@ -116,17 +118,27 @@ func (p *Proxy) Start(ctx context.Context) error {
 	}
 	p.rules = rules
 
-	p.sockDir = p.policy.SocketDir
-	if p.sockDir == "" {
-		if p.sockDir, err = os.MkdirTemp("", "evalsi-egress-"); err != nil {
-			return fmt.Errorf("starting egress proxy: %w", err)
-		}
-		p.ownsDir = true
-	} else if err := os.MkdirAll(p.sockDir, 0o700); err != nil {
+	// A directory of this proxy's own: concurrent trials' proxies must
+	// never share a socket path, or one trial's traffic (and its refusal
+	// events) would go through another's policy.
+	parent := p.policy.SocketDir
+	if parent == "" {
+		parent = os.TempDir()
+	} else if err := os.MkdirAll(parent, 0o700); err != nil {
 		return fmt.Errorf("starting egress proxy: socket directory: %w", err)
 	}
+	if p.sockDir, err = os.MkdirTemp(parent, "eg"); err != nil {
+		return fmt.Errorf("starting egress proxy: socket directory: %w", err)
+	}
+	// Sandboxes may run as another user than the engine (an image's User on
+	// the docker rung, mapped ids in a user namespace); who can reach the
+	// socket is decided by the bind mount that carries it in.
+	if err := os.Chmod(p.sockDir, 0o711); err != nil {
+		os.RemoveAll(p.sockDir)
+		return fmt.Errorf("starting egress proxy: socket directory: %w", err)
+	}
+	p.ownsDir = true
 	sock := filepath.Join(p.sockDir, "egress.sock")
-	os.Remove(sock) // a stale socket from a crashed run
 	var lc net.ListenConfig
 	tcpLn, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
@@ -139,9 +151,6 @@ func (p *Proxy) Start(ctx context.Context) error {
 		p.cleanupDir()
 		return fmt.Errorf("starting egress proxy: unix socket %s: %w", sock, err)
 	}
-	// Sandboxes may run as another user than the engine (an image's User on
-	// the docker rung); who can reach the socket is decided by the
-	// directory it sits in or the bind mount that carries it.
 	if err := os.Chmod(sock, 0o666); err != nil {
 		tcpLn.Close()
 		unixLn.Close()
@@ -188,7 +197,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	}
 	p.started = true
 	p.stopCtx = context.AfterFunc(ctx, func() { p.Close() })
-	p.logger.Info("egress proxy listening", "addr", p.Addr(), "unix", p.UnixAddr(), "allow_hosts", p.policy.AllowHosts)
+	p.logger.Info("egress proxy listening", "addr", p.Addr(), "unix", p.UnixAddr(), "allow_hosts", p.policy.AllowHosts, "allow_all", p.policy.AllowAll)
 	return nil
 }
 
@@ -288,6 +297,9 @@ func (p *Proxy) decide(ctx context.Context, method, hostport string) decision {
 		return d
 	}
 	d.ev.Host, d.ev.Port = host, port
+	if p.policy.AllowAll {
+		return p.decideAllowAll(ctx, d)
+	}
 	if !allowed(p.rules, host, port) {
 		d.ev.Reason = "not in allow_hosts"
 		d.code = http.StatusForbidden
@@ -325,6 +337,95 @@ func (p *Proxy) decide(ctx context.Context, method, hostport string) decision {
 		d.code = http.StatusForbidden
 	}
 	return d
+}
+
+// decideAllowAll lets any destination through but the engine's own
+// machine. Names are resolved first and only the addresses that passed are
+// dialled, so a name cannot be re-pointed at loopback between the check
+// and the connection.
+func (p *Proxy) decideAllowAll(ctx context.Context, d decision) decision {
+	ps := strconv.Itoa(d.ev.Port)
+	var ips []net.IP
+	if ip := net.ParseIP(d.ev.Host); ip != nil {
+		ips = []net.IP{ip}
+	} else {
+		lctx, cancel := context.WithTimeout(ctx, p.policy.DialTimeout)
+		defer cancel()
+		found, err := p.resolver.LookupIPAddr(lctx, d.ev.Host)
+		if err != nil {
+			d.ev.Reason = "dns: " + err.Error()
+			d.code = http.StatusBadGateway
+			return d
+		}
+		for _, a := range found {
+			ips = append(ips, a.IP)
+		}
+	}
+	local := localAddrs()
+	var refused []string
+	for _, ip := range ips {
+		if why := ownMachine(ip, local); why != "" {
+			refused = append(refused, ip.String()+" ("+why+")")
+			continue
+		}
+		d.addrs = append(d.addrs, net.JoinHostPort(ip.String(), ps))
+	}
+	if len(d.addrs) == 0 {
+		d.ev.Reason = "the engine's own machine is not reachable with network: allow: " + strings.Join(refused, ", ")
+		d.code = http.StatusForbidden
+		return d
+	}
+	d.ev.Allowed = true
+	return d
+}
+
+// ownMachine says why ip is on the engine's own machine (loopback,
+// unspecified, link-local, multicast, or one of its interfaces' addresses),
+// or "" when it is not. IPv4-mapped IPv6 addresses count as their IPv4
+// address.
+func ownMachine(ip net.IP, local []net.IP) string {
+	if ip4 := ip.To4(); ip4 != nil {
+		ip = ip4
+		if ip4[0] == 0 {
+			return "unspecified"
+		}
+		if ip4.Equal(net.IPv4bcast) {
+			return "broadcast"
+		}
+	}
+	switch {
+	case ip.IsLoopback():
+		return "loopback"
+	case ip.IsUnspecified():
+		return "unspecified"
+	case ip.IsLinkLocalUnicast():
+		return "link-local"
+	case ip.IsMulticast():
+		return "multicast"
+	}
+	for _, l := range local {
+		if l.Equal(ip) {
+			return "an address of this machine"
+		}
+	}
+	return ""
+}
+
+// localAddrs are the addresses of this machine's interfaces, read at each
+// decision since interfaces come and go (a service listening on 0.0.0.0 is
+// reached through any of them).
+func localAddrs() []net.IP {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	out := make([]net.IP, 0, len(addrs))
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			out = append(out, n.IP)
+		}
+	}
+	return out
 }
 
 // isPublic reports whether ip is a global unicast address outside the

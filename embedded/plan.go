@@ -2,14 +2,18 @@ package embedded
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"evals.si/agent"
 	"evals.si/agent/builtin"
 	"evals.si/agent/recording"
 	"evals.si/checker"
+	"evals.si/dataset"
 	"evals.si/engine"
 	"evals.si/evaluate"
 	"evals.si/model"
@@ -77,6 +81,9 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 		cfg = *s.Harness.Builtin
 	}
 	if err := a.preflight(ctx, f); err != nil {
+		return nil, err
+	}
+	if p.Records, err = a.recordPolicies(f, records); err != nil {
 		return nil, err
 	}
 	pricing = pricing.Merge(cfg.Pricing)
@@ -175,6 +182,56 @@ func passScore(evs []spec.Evaluator) string {
 		}
 	}
 	return ""
+}
+
+// recordPolicies refuses, before any trial runs, a run whose records'
+// metadata.environment asks for a weaker sandbox than the spec file's
+// environment. Records a benchmark importer made carry the task's own
+// network and limits as it configured them: those are capped to the
+// spec's, so the spec's author governs what such tasks may reach.
+func (a *App) recordPolicies(f *spec.File, records []spec.Record) ([]spec.Record, error) {
+	base := f.Spec.Environment
+	if base == nil {
+		base = &spec.Environment{}
+		base.ApplyDefaults()
+	}
+	imported := false
+	if u, err := url.Parse(f.Spec.Dataset.URI); err == nil && u.Scheme != "" {
+		imported = slices.Contains(benchDatasets().Schemes(), strings.ToLower(u.Scheme))
+	}
+	out := make([]spec.Record, len(records))
+	capped := map[string]int{}
+	var refused []string
+	for i, rec := range records {
+		if imported {
+			var fields []dataset.LooserField
+			var err error
+			if rec, fields, err = dataset.CapNetworkAndLimits(base, rec); err != nil {
+				return nil, SpecError{err}
+			}
+			for _, fl := range fields {
+				capped[fl.Field]++
+			}
+		}
+		out[i] = rec
+		// Other problems of a record surface in its own trials, as before.
+		var le *dataset.LooserError
+		if _, err := dataset.Environment(base, rec); errors.As(err, &le) {
+			refused = append(refused, le.Error())
+		}
+	}
+	for field, n := range capped {
+		a.logger.Info("the spec's environment caps what imported tasks ask for", "field", field, "records", n)
+	}
+	if len(refused) > 0 {
+		more := ""
+		if len(refused) > 3 {
+			more = fmt.Sprintf(" (and %d more records)", len(refused)-3)
+			refused = refused[:3]
+		}
+		return nil, SpecError{f.Errorf("environment", "%s%s", strings.Join(refused, "; "), more)}
+	}
+	return out, nil
 }
 
 // preflight refuses to start an agent run when no sandbox rung of the

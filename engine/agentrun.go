@@ -2,11 +2,14 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"evals.si/agent"
@@ -29,11 +32,17 @@ type AgentRunner struct {
 	Checkers   *checker.Registry
 	Evaluators []evaluate.Evaluator
 	Logger     *slog.Logger
-	// ProxyDir holds egress proxies' unix sockets.
+	// ProxyDir holds egress proxies' unix sockets, each proxy's in a
+	// directory of its own.
 	ProxyDir string
 	// User, when set, is the task's user (user_simulator). One that can
 	// bind to a trial (ForTask) is bound, so its model calls are recorded.
 	User agent.User
+
+	// checked remembers the environments whose checker was seen to run
+	// on the untouched environment (checkerRuns).
+	checkMu sync.Mutex
+	checked map[string]*checkCall
 }
 
 // taskUser is a User that binds to one trial's record, trial and sink.
@@ -43,7 +52,14 @@ type taskUser interface {
 
 // RunTrial runs one agent trial.
 func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome, error) {
-	env, err := dataset.Environment(r.Spec.Environment, tc.Record)
+	// The spec's environment is the ceiling of every record's; with none
+	// the defaults are (a nil base would check nothing).
+	base := r.Spec.Environment
+	if base == nil {
+		base = &spec.Environment{}
+		base.ApplyDefaults()
+	}
+	env, err := dataset.Environment(base, tc.Record)
 	if err != nil {
 		return nil, &NonRetryable{Err: err}
 	}
@@ -66,18 +82,24 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 	if err != nil {
 		return nil, envErr(err)
 	}
-	pol := prep.Policy()
-	var proxy *egress.Proxy
-	if pol.Network == sandbox.NetworkAllowlist {
-		proxy, err = r.startProxy(ctx, tc, pol)
+	if env.Checker != nil && len(env.Checker.Command) > 0 {
+		checkStart := time.Now()
+		err := r.checkerRuns(ctx, prep, env, setup)
+		m.lifecycleSince(checkStart)
 		if err != nil {
-			return nil, &kindError{kind: "sandbox", err: err}
+			return nil, err
 		}
-		defer proxy.Close()
-		pol.ProxyAddr = proxy.UnixAddr()
+	}
+	// The trial's own environment decides its policy, never the one that
+	// prepared the setup it shares.
+	pol := environment.TrialPolicy(env)
+	proxies := &proxySet{}
+	defer proxies.Close()
+	if pol, err = r.withProxy(ctx, proxies, pol, r.trajectoryEvents(tc)); err != nil {
+		return nil, &kindError{kind: "sandbox", err: err}
 	}
 	createStart := time.Now()
-	raw, err := prep.NewSandbox(ctx, pol, setup)
+	raw, err := prep.NewSandbox(ctx, env, pol, setup)
 	m.lifecycleSince(createStart)
 	if err != nil {
 		return nil, envErr(err)
@@ -100,7 +122,7 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 		CommandTimeout: env.CommandTimeout.D(),
 		OutputLimit:    outputLimit,
 		Emit:           tc.Emit,
-		Escalate:       r.escalate(raw, pol),
+		Escalate:       r.escalate(raw, pol, proxies, r.trajectoryEvents(tc)),
 	}
 	if tc.Record.Input.Messages != nil {
 		task.Input = inputMessages(tc.Record.Input)
@@ -128,7 +150,15 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 		start := time.Now()
 		v, err := checker.Run(ctx, sb, *env.Checker, prep.Workdir, r.Checkers)
 		if err != nil {
-			return nil, &kindError{kind: "checker", err: fmt.Errorf("checker: %w", err)}
+			var ie *checker.InfraError
+			if ctx.Err() != nil || !errors.As(err, &ie) || !ie.AgentCausable() {
+				return nil, &kindError{kind: "checker", err: fmt.Errorf("checker: %w", err)}
+			}
+			// It ran on the untouched environment (checkerRuns), so what
+			// stops it now is what the agent left: the agent's failure.
+			v = checker.Verdict{Pass: false, Score: 0, ExitCode: -1,
+				Details: "the checker could not run after the agent, though it ran on the untouched environment: " + err.Error()}
+			v.Output = v.Details
 		}
 		o.Verdict = &trajectory.Checker{Command: env.Checker.Command, ExitCode: v.ExitCode, Output: v.Output, Pass: v.Pass, Score: v.Score, Details: v.Details}
 		_ = tc.Emit.Emit(trajectory.Event{Kind: trajectory.KindChecker, DurationMS: time.Since(start).Milliseconds(), Checker: o.Verdict})
@@ -163,19 +193,148 @@ func (r *AgentRunner) collect(tc *TrialContext) ([]trajectory.Event, error) {
 	return tc.Events(), nil
 }
 
-func (r *AgentRunner) startProxy(ctx context.Context, tc *TrialContext, pol sandbox.Policy) (*egress.Proxy, error) {
-	p := egress.New(egress.Policy{AllowHosts: pol.AllowHosts, SocketDir: r.ProxyDir}, r.Logger, func(ev egress.Event) {
+// trajectoryEvents turns one trial's egress attempts into its events: a
+// refusal is a policy event (it counts against policy-violations); a
+// connection that went through, in allow mode, is a log event, so what a
+// trial reached is on record without being held against it.
+func (r *AgentRunner) trajectoryEvents(tc *TrialContext) func(egress.Event) {
+	return func(ev egress.Event) {
+		host := fmt.Sprintf("%s:%d", ev.Host, ev.Port)
 		if ev.Allowed {
+			text := "egress: " + ev.Method + " " + host + " allowed"
+			if ev.Reason != "" {
+				text += " but failed: " + ev.Reason
+			}
+			_ = tc.Emit.Emit(trajectory.Event{Kind: trajectory.KindLog, Log: &trajectory.Log{Text: text}})
 			return
 		}
 		_ = tc.Emit.Emit(trajectory.Event{Kind: trajectory.KindPolicy, Policy: &trajectory.Policy{
-			Kind: "network", Host: fmt.Sprintf("%s:%d", ev.Host, ev.Port), Detail: "refused by egress proxy: " + ev.Reason,
+			Kind: "network", Host: host, Detail: "refused by egress proxy: " + ev.Reason,
 		}})
-	})
-	if err := p.Start(ctx); err != nil {
-		return nil, fmt.Errorf("starting egress proxy: %w", err)
 	}
-	return p, nil
+}
+
+// withProxy starts the egress proxy pol's network needs (allowlist: its
+// hosts; allow: everything but the engine's machine) and returns pol with
+// its address; deny needs none. Each proxy is the trial's own, with a
+// socket of its own, reporting to onEvent.
+func (r *AgentRunner) withProxy(ctx context.Context, proxies *proxySet, pol sandbox.Policy, onEvent func(egress.Event)) (sandbox.Policy, error) {
+	var ep egress.Policy
+	switch pol.Network {
+	case sandbox.NetworkAllowlist:
+		ep = egress.Policy{AllowHosts: pol.AllowHosts}
+	case sandbox.NetworkAllow:
+		ep = egress.Policy{AllowAll: true}
+	default:
+		return pol, nil
+	}
+	ep.SocketDir = r.ProxyDir
+	p := egress.New(ep, r.Logger, onEvent)
+	if err := p.Start(ctx); err != nil {
+		return pol, fmt.Errorf("starting egress proxy: %w", err)
+	}
+	proxies.add(p)
+	pol.ProxyAddr = p.UnixAddr()
+	return pol, nil
+}
+
+// proxySet is the egress proxies of one trial, closed when it ends.
+type proxySet struct {
+	mu sync.Mutex
+	ps []*egress.Proxy
+}
+
+func (s *proxySet) add(p *egress.Proxy) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ps = append(s.ps, p)
+}
+
+func (s *proxySet) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.ps {
+		p.Close()
+	}
+	s.ps = nil
+}
+
+// checkerRuns makes sure, once per distinct environment, that env's
+// checker can run on the untouched environment: in a throwaway sandbox of
+// the trial's environment it writes the checker's files, runs the command
+// and parses the result. Any verdict will do, and so will a timeout (the
+// command ran); a checker that cannot start, cannot have its files written
+// or leaves nothing to parse is an infrastructure error, reported before
+// any agent runs. Having passed, the same failure after an agent is the
+// agent's doing (see RunTrial).
+func (r *AgentRunner) checkerRuns(ctx context.Context, prep *environment.Prepared, env *spec.Environment, setup environment.SetupOptions) error {
+	b, _ := json.Marshal(env)
+	sum := sha256.Sum256(b)
+	key := prep.ID + "-" + hex.EncodeToString(sum[:8])
+	r.checkMu.Lock()
+	if r.checked == nil {
+		r.checked = map[string]*checkCall{}
+	}
+	c, ok := r.checked[key]
+	if !ok {
+		c = &checkCall{done: make(chan struct{})}
+		r.checked[key] = c
+		r.checkMu.Unlock()
+		c.err = r.runChecker(ctx, prep, env, setup)
+		close(c.done)
+		if c.err != nil {
+			// Not kept: a retry (or a trial of a later attempt) asks again.
+			r.checkMu.Lock()
+			delete(r.checked, key)
+			r.checkMu.Unlock()
+		}
+		return c.err
+	}
+	r.checkMu.Unlock()
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type checkCall struct {
+	done chan struct{}
+	err  error
+}
+
+func (r *AgentRunner) runChecker(ctx context.Context, prep *environment.Prepared, env *spec.Environment, setup environment.SetupOptions) error {
+	// Its own proxy, reporting to the log: what the check reaches is not
+	// the trial's doing.
+	proxies := &proxySet{}
+	defer proxies.Close()
+	pol, err := r.withProxy(ctx, proxies, environment.TrialPolicy(env), func(ev egress.Event) {
+		r.logger().Debug("checker check: egress", "host", ev.Host, "port", ev.Port, "allowed", ev.Allowed, "reason", ev.Reason)
+	})
+	if err != nil {
+		return &kindError{kind: "sandbox", err: err}
+	}
+	raw, err := prep.NewSandbox(ctx, env, pol, setup)
+	if err != nil {
+		return envErr(err)
+	}
+	defer raw.Close(context.WithoutCancel(ctx))
+	sb := cappedSandbox{Sandbox: raw, outputLimit: r.Spec.Caps.CommandOutputBytes()}
+	_, err = checker.Run(ctx, sb, *env.Checker, prep.Workdir, r.Checkers)
+	var ie *checker.InfraError
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.As(err, &ie) && ie.Cause == checker.CauseTimeout:
+		return nil
+	case errors.As(err, &ie) && ie.Cause == checker.CauseSandbox:
+		return &kindError{kind: "checker", err: fmt.Errorf("checking that the checker runs on the untouched environment: %w", err)}
+	}
+	// The same every time: retrying cannot help.
+	return &NonRetryable{Err: &kindError{kind: "checker", err: fmt.Errorf("the checker cannot run on the untouched environment, before any agent: %w", err)}}
 }
 
 // cappedSandbox gives each command that sets no output limit of its own the
@@ -201,8 +360,10 @@ type policySetter interface {
 
 // escalate decides request_escalation: granted only for kinds listed in
 // harness.builtin.escalation.allow; a granted network escalation widens the
-// sandbox's network for the rest of the trial.
-func (r *AgentRunner) escalate(sb sandbox.Sandbox, pol sandbox.Policy) func(ctx context.Context, kind, reason string) (bool, error) {
+// sandbox's network to allow for the rest of the trial, through an
+// allow-all egress proxy of the trial's own (the engine's machine stays
+// out of reach).
+func (r *AgentRunner) escalate(sb sandbox.Sandbox, pol sandbox.Policy, proxies *proxySet, onEvent func(egress.Event)) func(ctx context.Context, kind, reason string) (bool, error) {
 	var allow []string
 	if h := r.Spec.Harness; h != nil && h.Builtin != nil && h.Builtin.Escalation != nil {
 		allow = h.Builtin.Escalation.Allow
@@ -211,7 +372,7 @@ func (r *AgentRunner) escalate(sb sandbox.Sandbox, pol sandbox.Policy) func(ctx 
 		if !slices.Contains(allow, kind) {
 			return false, nil
 		}
-		if kind == "network" {
+		if kind == "network" && pol.Network != sandbox.NetworkAllow {
 			// A rung that cannot widen its policy mid-trial denies the
 			// request (recorded as such) rather than failing the trial.
 			ps, ok := sb.(policySetter)
@@ -219,12 +380,16 @@ func (r *AgentRunner) escalate(sb sandbox.Sandbox, pol sandbox.Policy) func(ctx 
 				r.logger().Warn("network escalation allowed by the spec but denied: the sandbox cannot widen its policy", "rung", sb.Report().Rung)
 				return false, nil
 			}
-			wide := pol
-			wide.Network = sandbox.NetworkAllow
+			wide, err := r.withProxy(ctx, proxies, sandbox.Policy{Network: sandbox.NetworkAllow}, onEvent)
+			if err != nil {
+				r.logger().Warn("network escalation allowed by the spec but denied", "rung", sb.Report().Rung, "err", err)
+				return false, nil
+			}
 			if err := ps.SetPolicy(wide); err != nil {
 				r.logger().Warn("network escalation allowed by the spec but denied", "rung", sb.Report().Rung, "err", err)
 				return false, nil
 			}
+			pol = wide
 		}
 		return true, nil
 	}

@@ -15,11 +15,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"evals.si/egress"
 	"evals.si/image"
 	"evals.si/sandbox"
 	"evals.si/spec"
@@ -173,7 +175,10 @@ func (m *Manager) Close() error {
 	return errors.Join(errs...)
 }
 
-// Prepared is an environment ready to make trial sandboxes.
+// Prepared is an environment set up and ready to make trial sandboxes. It
+// holds only what setup depends on; each trial's sandbox gets the policy
+// of its own record's environment (NewSandbox), never that of the
+// environment that happened to prepare it.
 type Prepared struct {
 	ID      string
 	Rung    sandbox.Rung
@@ -186,9 +191,19 @@ type Prepared struct {
 	Layer  *sandbox.Layer
 	Replay bool
 
-	env     *spec.Environment
-	base    sandbox.Config
+	env *spec.Environment
+	// root is what every sandbox of this environment starts from: image,
+	// root, user, workdir and environment variables. No policy or limits.
+	root    sandbox.Config
 	manager *Manager
+
+	mu       sync.Mutex
+	verified map[string]*verifyCall
+}
+
+type verifyCall struct {
+	done chan struct{}
+	err  error
 }
 
 // Identity is the key that decides whether two environments share setup:
@@ -206,7 +221,12 @@ func Identity(env *spec.Environment) string {
 	if env.Sandbox != nil {
 		k.Workdir = env.Sandbox.Workdir
 	}
-	b, _ := json.Marshal(k) // maps marshal with sorted keys
+	return shortHash(k)
+}
+
+// shortHash hashes v's JSON (maps marshal with sorted keys).
+func shortHash(v any) string {
+	b, _ := json.Marshal(v)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
 }
@@ -220,12 +240,14 @@ type SetupOptions struct {
 	OutputLimit int
 }
 
-// Prepare resolves, selects and sets up env, once per identity.
+// Prepare resolves, selects and sets up env, once per setup identity and
+// choice of rung. What it returns makes sandboxes for every environment of
+// the same key; give each trial's own environment to NewSandbox.
 func (m *Manager) Prepare(ctx context.Context, env *spec.Environment, opts SetupOptions) (*Prepared, error) {
 	if env == nil {
 		env = &spec.Environment{}
 	}
-	id := Identity(env) + "-" + ladderKey(env)
+	id := prepareKey(env)
 	m.mu.Lock()
 	c, ok := m.prepared[id]
 	if !ok {
@@ -251,12 +273,25 @@ func (m *Manager) Prepare(ctx context.Context, env *spec.Environment, opts Setup
 	return c.env, c.err
 }
 
-func ladderKey(env *spec.Environment) string {
+func prepareKey(env *spec.Environment) string { return Identity(env) + "-" + rungKey(env) }
+
+// rungKey is what picks the rung and where setup runs on it: the ladder,
+// min_isolation, allow_unsafe_host and cgroup. A snapshot belongs to the
+// rung that made it, so environments that may choose different rungs never
+// share one.
+func rungKey(env *spec.Environment) string {
 	sb := env.Sandbox
 	if sb == nil {
 		return "default"
 	}
-	return strings.Join(sb.Ladder, ",") + "|" + sb.MinIsolation
+	return shortHash([]any{sb.Ladder, sb.MinIsolation, sb.AllowUnsafeHost, sb.Cgroup})
+}
+
+func minLevel(pol *spec.SandboxPolicy) (sandbox.Level, error) {
+	if pol == nil || pol.MinIsolation == "" {
+		return 0, nil
+	}
+	return sandbox.ParseLevel(pol.MinIsolation)
 }
 
 func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment, opts SetupOptions) (*Prepared, error) {
@@ -268,38 +303,21 @@ func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment,
 	if len(ladder) == 0 {
 		ladder = sandbox.DefaultLadder()
 	}
-	var minLevel sandbox.Level
-	if pol.MinIsolation != "" {
-		l, err := sandbox.ParseLevel(pol.MinIsolation)
-		if err != nil {
-			return nil, err
-		}
-		minLevel = l
+	min, err := minLevel(pol)
+	if err != nil {
+		return nil, err
 	}
-	rung, probes, err := sandbox.Select(ctx, m.rungs, ladder, minLevel, pol.AllowUnsafeHost)
+	rung, probes, err := sandbox.Select(ctx, m.rungs, ladder, min, pol.AllowUnsafeHost)
 	if err != nil {
 		return nil, &InfraError{Phase: "sandbox", Err: err}
 	}
-	p := &Prepared{ID: id, Rung: rung, Probes: probes, env: env, manager: m}
+	p := &Prepared{ID: id, Rung: rung, Probes: probes, env: env, manager: m, verified: map[string]*verifyCall{}}
 	workdir := pol.Workdir
 	if workdir == "" {
 		workdir = "/workspace"
 	}
 	p.Workdir = workdir
-	p.base = sandbox.Config{
-		Workdir:        workdir,
-		Env:            map[string]string{},
-		ReadOnlyRoot:   pol.ReadOnlyRoot,
-		CommandTimeout: env.CommandTimeout.D(),
-		Limits: sandbox.Limits{
-			MemoryMB:   pol.MemoryMB,
-			PidsMax:    pol.PidsMax,
-			FileSizeMB: pol.FileSizeMB,
-			CPUs:       pol.CgroupCPUs,
-			Cgroup:     pol.Cgroup,
-		},
-		Policy: sandbox.Policy{Network: networkOr(pol.Network, sandbox.NetworkDeny), AllowHosts: pol.AllowHosts},
-	}
+	p.root = sandbox.Config{Workdir: workdir, Env: map[string]string{}}
 	if env.Image != "" {
 		if m.images == nil {
 			return nil, &InfraError{Phase: "image", Err: errors.New("no image store configured")}
@@ -314,32 +332,37 @@ func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment,
 		if err != nil {
 			return nil, &InfraError{Phase: "image", Err: fmt.Errorf("resolving %s: %w", env.Image, err)}
 		}
+		if sig := pol.ImageSignatures; sig != nil && len(sig.Keys) > 0 {
+			c := &verifyCall{done: make(chan struct{})}
+			close(c.done)
+			p.verified[signatureKey(sig)] = c
+		}
 		p.Image = img
-		p.base.Root = img.Root
-		p.base.Image = env.Image
-		p.base.User = img.User
+		p.root.Root = img.Root
+		p.root.Image = env.Image
+		p.root.User = img.User
 		for _, kv := range img.Env {
 			if k, v, ok := strings.Cut(kv, "="); ok {
-				p.base.Env[k] = v
+				p.root.Env[k] = v
 			}
 		}
 		if pol.Workdir == "" && img.WorkingDir != "" {
 			p.Workdir = img.WorkingDir
-			p.base.Workdir = img.WorkingDir
+			p.root.Workdir = img.WorkingDir
 		}
 	}
 	for k, v := range env.Env {
-		p.base.Env[k] = v
+		p.root.Env[k] = v
 	}
 	if len(env.Files) == 0 && len(env.Setup) == 0 {
 		return p, nil
 	}
-	sb, err := m.create(ctx, rung, p.base, setupPolicy(env))
+	sb, closeSetup, err := m.setupSandbox(ctx, rung, p.setupConfig(pol))
 	if err != nil {
 		return nil, &InfraError{Phase: "setup", Err: err}
 	}
-	defer sb.Close(context.WithoutCancel(ctx))
-	if err := applySetup(ctx, sb, env, p.Workdir, opts, m.logger); err != nil {
+	defer closeSetup()
+	if err := applySetup(ctx, sb, env, opts, m.logger); err != nil {
 		return nil, &InfraError{Phase: "setup", Err: err}
 	}
 	snap, ok := sb.(sandbox.Snapshotter)
@@ -355,21 +378,50 @@ func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment,
 	return p, nil
 }
 
-func networkOr(s, def string) string {
-	if s == "" {
-		return def
+// setupConfig is the sandbox setup runs in. Like docker build, it has
+// neither the trials' limits nor a read-only root: setup is the task
+// author's and its snapshot is shared by records whose trial policies
+// differ, so it must not depend on whichever of them came first. Its
+// network is setup_network.
+func (p *Prepared) setupConfig(pol *spec.SandboxPolicy) sandbox.Config {
+	cfg := p.root
+	cfg.Limits = sandbox.Limits{Cgroup: pol.Cgroup}
+	cfg.Policy = sandbox.Policy{Network: sandbox.NetworkDeny}
+	if p.env.SetupNetwork == sandbox.NetworkAllow {
+		cfg.Policy.Network = sandbox.NetworkAllow
 	}
-	return s
+	return cfg
 }
 
-func setupPolicy(env *spec.Environment) sandbox.Policy {
-	if env.SetupNetwork == "allow" {
-		return sandbox.Policy{Network: sandbox.NetworkAllow}
+// setupSandbox creates the setup sandbox; with setup_network: allow its
+// traffic goes through an allow-all egress proxy of its own, so setup
+// reaches package indexes but not the engine's machine. The returned func
+// closes both.
+func (m *Manager) setupSandbox(ctx context.Context, rung sandbox.Rung, cfg sandbox.Config) (sandbox.Sandbox, func(), error) {
+	var proxy *egress.Proxy
+	if cfg.Policy.Network == sandbox.NetworkAllow {
+		proxy = egress.New(egress.Policy{AllowAll: true}, m.logger, nil)
+		if err := proxy.Start(ctx); err != nil {
+			return nil, nil, fmt.Errorf("starting the setup's egress proxy: %w", err)
+		}
+		cfg.Policy.ProxyAddr = proxy.UnixAddr()
 	}
-	return sandbox.Policy{Network: sandbox.NetworkDeny}
+	sb, err := m.create(ctx, rung, cfg)
+	if err != nil {
+		if proxy != nil {
+			proxy.Close()
+		}
+		return nil, nil, err
+	}
+	return sb, func() {
+		sb.Close(context.WithoutCancel(ctx))
+		if proxy != nil {
+			proxy.Close()
+		}
+	}, nil
 }
 
-func (m *Manager) create(ctx context.Context, rung sandbox.Rung, cfg sandbox.Config, pol sandbox.Policy) (sandbox.Sandbox, error) {
+func (m *Manager) create(ctx context.Context, rung sandbox.Rung, cfg sandbox.Config) (sandbox.Sandbox, error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -381,7 +433,6 @@ func (m *Manager) create(ctx context.Context, rung sandbox.Rung, cfg sandbox.Con
 	if err := m.claim(); err != nil {
 		return nil, fmt.Errorf("creating a sandbox: %w", err)
 	}
-	cfg.Policy = pol
 	// Not created here: a rung that creates its state dir removes it when
 	// the sandbox closes, so a long run does not collect one per trial.
 	cfg.StateDir = filepath.Join(m.own.dir, fmt.Sprintf("sb-%d", n))
@@ -394,26 +445,70 @@ func (m *Manager) create(ctx context.Context, rung sandbox.Rung, cfg sandbox.Con
 	return sb, nil
 }
 
-// Policy is the trial policy the spec asks for; the engine fills ProxyAddr
-// when it starts an egress proxy for an allowlist.
-func (p *Prepared) Policy() sandbox.Policy { return p.base.Policy }
+// TrialPolicy is the network policy env asks for (deny when unset); the
+// engine fills ProxyAddr when it starts an egress proxy for it.
+func TrialPolicy(env *spec.Environment) sandbox.Policy {
+	pol := env.Sandbox
+	if pol == nil {
+		return sandbox.Policy{Network: sandbox.NetworkDeny}
+	}
+	return sandbox.Policy{Network: networkOr(pol.Network, sandbox.NetworkDeny), AllowHosts: pol.AllowHosts}
+}
 
-// NewSandbox creates a trial's sandbox, restored from the setup snapshot.
-func (p *Prepared) NewSandbox(ctx context.Context, pol sandbox.Policy, opts SetupOptions) (sandbox.Sandbox, error) {
-	cfg := p.base
-	cfg.Env = make(map[string]string, len(p.base.Env))
-	for k, v := range p.base.Env {
+// NewSandbox creates a trial's sandbox, restored from the setup snapshot,
+// with env's own policy: network pol (from TrialPolicy, with the engine's
+// proxy), limits, read-only root and command timeout. env must be the
+// trial's environment and share p's setup (Prepare(env) returned p).
+// Before the sandbox exists, env's image signatures are verified (once
+// per distinct key set) and the rung is checked against env's
+// min_isolation: an environment that shares an image or setup with another
+// never borrows that one's checks.
+func (p *Prepared) NewSandbox(ctx context.Context, env *spec.Environment, pol sandbox.Policy, opts SetupOptions) (sandbox.Sandbox, error) {
+	if env == nil {
+		env = &spec.Environment{}
+	}
+	if k := prepareKey(env); k != p.ID {
+		return nil, &InfraError{Phase: "sandbox", Err: fmt.Errorf("the trial's environment (%s) does not share the prepared one's setup (%s): prepare it first", k, p.ID)}
+	}
+	sp := env.Sandbox
+	if sp == nil {
+		sp = &spec.SandboxPolicy{}
+	}
+	min, err := minLevel(sp)
+	if err != nil {
+		return nil, err
+	}
+	if got := p.Rung.Isolation(); got < min {
+		return nil, &InfraError{Phase: "sandbox", Err: fmt.Errorf("%w: rung %s gives %s isolation, the environment asks for at least %s", sandbox.ErrNoRung, p.Rung.Name(), got, min)}
+	}
+	if err := p.verify(ctx, env); err != nil {
+		return nil, err
+	}
+	cfg := p.root
+	cfg.Env = make(map[string]string, len(p.root.Env))
+	for k, v := range p.root.Env {
 		cfg.Env[k] = v
 	}
+	cfg.ReadOnlyRoot = sp.ReadOnlyRoot
+	cfg.CommandTimeout = env.CommandTimeout.D()
+	cfg.Limits = sandbox.Limits{
+		MemoryMB:   sp.MemoryMB,
+		PidsMax:    sp.PidsMax,
+		FileSizeMB: sp.FileSizeMB,
+		DiskMB:     sp.DiskMB,
+		CPUs:       sp.CgroupCPUs,
+		Cgroup:     sp.Cgroup,
+	}
+	cfg.Policy = pol
 	if p.Layer != nil {
 		cfg.Layers = []sandbox.Layer{*p.Layer}
 	}
-	sb, err := p.manager.create(ctx, p.Rung, cfg, pol)
+	sb, err := p.manager.create(ctx, p.Rung, cfg)
 	if err != nil {
 		return nil, &InfraError{Phase: "sandbox", Err: err}
 	}
 	if p.Replay {
-		if err := applySetup(ctx, sb, p.env, p.Workdir, opts, p.manager.logger); err != nil {
+		if err := applySetup(ctx, sb, p.env, opts, p.manager.logger); err != nil {
 			sb.Close(context.WithoutCancel(ctx))
 			return nil, &InfraError{Phase: "setup", Err: err}
 		}
@@ -421,21 +516,79 @@ func (p *Prepared) NewSandbox(ctx context.Context, pol sandbox.Policy, opts Setu
 	return sb, nil
 }
 
+func signatureKey(sig *spec.ImageSignatures) string {
+	keys := slices.Clone(sig.Keys)
+	slices.Sort(keys)
+	return shortHash([]any{keys, sig.AllowLocal})
+}
+
+// verify checks env's image_signatures against the prepared image, once
+// per distinct key set; a failure is not kept, so a retry asks again.
+func (p *Prepared) verify(ctx context.Context, env *spec.Environment) error {
+	sig := (*spec.ImageSignatures)(nil)
+	if env.Sandbox != nil {
+		sig = env.Sandbox.ImageSignatures
+	}
+	if sig == nil || len(sig.Keys) == 0 || env.Image == "" {
+		return nil
+	}
+	key := signatureKey(sig)
+	p.mu.Lock()
+	c, ok := p.verified[key]
+	if !ok {
+		c = &verifyCall{done: make(chan struct{})}
+		p.verified[key] = c
+		p.mu.Unlock()
+		c.err = p.verifyImage(ctx, env, sig)
+		close(c.done)
+		if c.err != nil {
+			p.mu.Lock()
+			delete(p.verified, key)
+			p.mu.Unlock()
+		}
+		return c.err
+	}
+	p.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *Prepared) verifyImage(ctx context.Context, env *spec.Environment, sig *spec.ImageSignatures) error {
+	ref := image.Rewrite(env.ImageMirrors, env.Image)
+	img, err := p.manager.images.ResolveVerified(ctx, ref, sig.Keys, sig.AllowLocal)
+	if err != nil {
+		return &InfraError{Phase: "image", Err: fmt.Errorf("verifying the signature of %s: %w", env.Image, err)}
+	}
+	if img.Root != p.Image.Root || img.Digest != p.Image.Digest {
+		return &InfraError{Phase: "image", Err: fmt.Errorf("verifying the signature of %s: the signed image (%s) is not the one set up (%s)", env.Image, img.Digest, p.Image.Digest)}
+	}
+	return nil
+}
+
+func networkOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
 // applySetup writes files (relative: workdir; absolute: root) then runs each
 // setup command with sh -c in the workdir. Files go first so setup can use
 // them (pip install -e .).
-func applySetup(ctx context.Context, sb sandbox.Sandbox, env *spec.Environment, workdir string, opts SetupOptions, logger *slog.Logger) error {
+func applySetup(ctx context.Context, sb sandbox.Sandbox, env *spec.Environment, opts SetupOptions, logger *slog.Logger) error {
 	names := make([]string, 0, len(env.Files))
 	for name := range env.Files {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		p := name
-		if !path.IsAbs(p) {
-			p = path.Join(workdir, p)
-		}
-		if err := sb.WriteFile(ctx, p, []byte(env.Files[name]), 0o644); err != nil {
+		// Relative names stay relative: the sandbox resolves them in its
+		// own workdir, which on the host rung is not the configured path.
+		if err := sb.WriteFile(ctx, path.Clean(name), []byte(env.Files[name]), 0o644); err != nil {
 			return fmt.Errorf("writing file %s: %w", name, err)
 		}
 	}

@@ -65,12 +65,12 @@ func TestSetupOncePerEnvironmentAndIsolatedTrials(t *testing.T) {
 	if p1.Layer == nil || p1.Rung.Name() != "bwrap" {
 		t.Fatalf("prepared = %+v", p1)
 	}
-	a, err := p1.NewSandbox(ctx, p1.Policy(), SetupOptions{})
+	a, err := p1.NewSandbox(ctx, env, TrialPolicy(env), SetupOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close(ctx)
-	b, err := p1.NewSandbox(ctx, p1.Policy(), SetupOptions{})
+	b, err := p1.NewSandbox(ctx, env, TrialPolicy(env), SetupOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,11 +142,12 @@ func TestStateDirClaimedAtFirstSandbox(t *testing.T) {
 	}
 	m = NewManager(imgs, []sandbox.Rung{bwraptest.Rung(t)}, state, slog.Default())
 	defer m.Close()
-	p, err := m.Prepare(context.Background(), &spec.Environment{Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}}}, SetupOptions{})
+	env := &spec.Environment{Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}}}
+	p, err := m.Prepare(context.Background(), env, SetupOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := p.NewSandbox(context.Background(), p.Policy(), SetupOptions{})
+	sb, err := p.NewSandbox(context.Background(), env, TrialPolicy(env), SetupOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -165,6 +165,8 @@ func TestValidateErrors(t *testing.T) {
 				`t.yaml:12:11: bad trajectory-match mode "fuzzy"; use one of exact, in-order, any-order, subset`,
 				`t.yaml:13:5: evaluator "exact-match" is listed twice (first at line 6)`,
 			}},
+		{"negative disk_mb", base + "environment: {sandbox: {disk_mb: -1}}\n",
+			[]string{`t.yaml:4:34: environment.sandbox.disk_mb must not be negative`}},
 		{"run counts", base + "concurrency: -1\nretries: -1\n",
 			[]string{`t.yaml:4:14: concurrency must be at least 1`, `t.yaml:5:10: retries must not be negative`}},
 		{"negative caps", base + "caps:\n  command_output_kb: -1\n  model_response_mb: -64\n  event_text_kb: -2\n  trial_memory_mb: -16\n",

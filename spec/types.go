@@ -341,10 +341,13 @@ type SandboxPolicy struct {
 	// AllowUnsafeHost must be true for the host rung to be used.
 	AllowUnsafeHost bool `json:"allow_unsafe_host,omitempty"`
 	// Cgroup is auto (default) | off | a delegated cgroup v2 directory.
-	Cgroup          string           `json:"cgroup,omitempty"`
-	CgroupCPUs      float64          `json:"cgroup_cpus,omitempty"`
-	PidsMax         int              `json:"pids_max,omitempty"`
-	FileSizeMB      int              `json:"file_size_mb,omitempty"`
+	Cgroup     string  `json:"cgroup,omitempty"`
+	CgroupCPUs float64 `json:"cgroup_cpus,omitempty"`
+	PidsMax    int     `json:"pids_max,omitempty"`
+	FileSizeMB int     `json:"file_size_mb,omitempty"`
+	// DiskMB caps the bytes the sandbox's writable layer may hold in all
+	// (file_size_mb caps each file).
+	DiskMB          int              `json:"disk_mb,omitempty"`
 	ImageSignatures *ImageSignatures `json:"image_signatures,omitempty"`
 	Firecracker     *Firecracker     `json:"firecracker,omitempty"`
 }

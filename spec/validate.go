@@ -541,6 +541,7 @@ func (v *validator) sandbox(path string, sb *SandboxPolicy) {
 	v.nonNegative(path+".cgroup_cpus", sb.CgroupCPUs)
 	v.nonNegative(path+".pids_max", float64(sb.PidsMax))
 	v.nonNegative(path+".file_size_mb", float64(sb.FileSizeMB))
+	v.nonNegative(path+".disk_mb", float64(sb.DiskMB))
 	if is := sb.ImageSignatures; is != nil && len(is.Keys) == 0 {
 		v.add(path+".image_signatures", "list cosign public keys (files or PEM text)", "image_signatures needs keys")
 	}
