@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"context"
-	"os"
 
 	"evals.si/agent"
 	"evals.si/agent/a2a"
@@ -23,7 +22,7 @@ func (a *App) targetAgent(ctx context.Context, f *spec.File, records []spec.Reco
 	case t.Oracle != nil:
 		return oracle.New(records), nil
 	case t.CLI != nil:
-		ag, err := cli.FromSpec(f.Spec, os.Getenv, a.logger)
+		ag, err := cli.FromSpec(f.Spec, a.getenv, a.logger)
 		if err != nil {
 			return nil, SpecError{f.Errorf("target.agent.cli", "%v", err)}
 		}

@@ -153,7 +153,7 @@ func (a *App) Run(ctx context.Context, f *spec.File, o RunOptions) (*engine.Summ
 // OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, the run is also exported as
 // spans; otherwise the recorder is the store recorder itself.
 func (a *App) execute(ctx context.Context, plan *engine.Plan, o RunOptions) (*engine.Summary, error) {
-	rec, stopTracing, err := telemetry.Wrap(ctx, &recorder{store: a.store})
+	rec, stopTracing, err := telemetry.Wrap(ctx, &recorder{store: a.store, getenv: a.getenv})
 	if err != nil {
 		return nil, err
 	}

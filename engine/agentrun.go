@@ -132,13 +132,21 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 			task.User = b.ForTask(task.RecordID, task.Trial, task.Emit)
 		}
 	}
+	// The repository's state before the agent, read from its files: an
+	// agent that commits, amends or resets cannot hide its change.
+	repoBase, err := checker.RecordBase(ctx, sb, prep.Workdir)
+	if err != nil {
+		return nil, &kindError{kind: "sandbox", err: fmt.Errorf("recording the repository's state before the agent: %w", err)}
+	}
 	res, err := r.Agent.Run(ctx, task)
 	if err != nil {
-		return nil, &kindError{kind: "agent", err: fmt.Errorf("agent: %w", err)}
+		// What the attempt spent counts in the summary even though it
+		// errored (and is retried).
+		return &Outcome{Usage: res.Usage, CostUSD: res.CostUSD, Isolation: iso}, &kindError{kind: "agent", err: fmt.Errorf("agent: %w", err)}
 	}
 	o := &Outcome{Output: res.Output, Usage: res.Usage, CostUSD: res.CostUSD, Isolation: iso}
 
-	diff, isGit, err := checker.CaptureDiff(ctx, sb, prep.Workdir)
+	diff, isGit, err := checker.CaptureDiffSince(ctx, sb, prep.Workdir, repoBase)
 	if err != nil {
 		return nil, &kindError{kind: "sandbox", err: fmt.Errorf("capturing diff: %w", err)}
 	}
