@@ -76,6 +76,7 @@ type Sandbox struct {
 	nproc    bool // RLIMIT_NPROC applied inside (only without a pids cgroup)
 	seccomp  []byte
 	proxy    string // host path of the proxy socket bound into the sandbox
+	proxyDir string // a short directory holding it, when the state dir is too deep
 	bridge   net.Listener
 	uid, gid int
 	baseEnv  map[string]string
@@ -524,6 +525,9 @@ func buildStub(dir string, noImage bool) error {
 	return nil
 }
 
+// maxSocketPath is sun_path's size less its terminating NUL.
+const maxSocketPath = 107
+
 // setupProxy makes the egress proxy (unix:/path or host:port) reachable as
 // a unix socket of the sandbox's own, bound inside and owned by root inside;
 // the bridge dials s.upstream, which SetPolicy may change.
@@ -546,6 +550,15 @@ func (s *Sandbox) setupProxy(addr string) error {
 		return nil
 	}
 	sock := filepath.Join(s.state, "proxy.sock")
+	if len(sock) >= maxSocketPath {
+		// A deep state dir would not fit sun_path: the socket goes in a
+		// short directory of its own, removed with the sandbox.
+		dir, err := os.MkdirTemp("", "evalsi-px-")
+		if err != nil {
+			return fmt.Errorf("bwrap sandbox: bridging to egress proxy %s: %w", addr, err)
+		}
+		s.proxyDir, sock = dir, filepath.Join(dir, "proxy.sock")
+	}
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		return fmt.Errorf("bwrap sandbox: bridging to egress proxy %s: %w", addr, err)
@@ -911,6 +924,11 @@ func (s *Sandbox) cleanup() error {
 	}
 	if s.disk != nil {
 		if err := s.disk.Unmount(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.proxyDir != "" {
+		if err := os.RemoveAll(s.proxyDir); err != nil {
 			errs = append(errs, err)
 		}
 	}

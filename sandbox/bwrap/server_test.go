@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,8 +81,11 @@ func TestAllowUsesProxy(t *testing.T) {
 		sb.Close(t.Context())
 		t.Errorf("network allow without proxy_addr: Create succeeded")
 	}
-	for _, addr := range []string{proxy.TCPAddr, proxy.UnixAddr} {
-		sb := create(t, sandbox.Config{Policy: sandbox.Policy{Network: sandbox.NetworkAllow, ProxyAddr: addr}})
+	// A state dir too deep for a unix socket's path still gets its bridge.
+	deep := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 60))
+	for _, c := range []struct{ addr, state string }{{proxy.TCPAddr, ""}, {proxy.UnixAddr, ""}, {proxy.UnixAddr, deep}} {
+		addr := c.addr
+		sb := create(t, sandbox.Config{StateDir: c.state, Policy: sandbox.Policy{Network: sandbox.NetworkAllow, ProxyAddr: addr}})
 		res := run(t, sb, fmt.Sprintf(`python3 -c "import urllib.request; print(urllib.request.urlopen('http://upstream.test/', timeout=5).read().decode())"; python3 -c "import socket; socket.create_connection(('127.0.0.1', %d), 3)" || echo direct-refused`, ln.Addr().(*net.TCPAddr).Port))
 		if got := string(res.Stdout); got != "via proxy\ndirect-refused\n" {
 			t.Errorf("allow via %s: %q %s", addr, got, res.Stderr)

@@ -78,9 +78,9 @@ type Sandbox struct {
 
 var _ sandbox.Snapshotter = (*Sandbox)(nil)
 
-// Create makes a workdir on the host. The configured workdir path is not
-// used: the workdir is StateDir/work (relative paths work the same; the
-// report says where it is). Config.Root is refused; Layers[0] (a snapshot
+// Create makes a workdir on the host, StateDir/work: relative paths, and
+// file operations and command workdirs under the configured workdir, land
+// there (the report says where it is). Config.Root is refused; Layers[0] (a snapshot
 // of an earlier host sandbox's workdir) is copied into the workdir.
 func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbox, err error) {
 	if cfg.Root != "" || cfg.Image != "" {
@@ -131,7 +131,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 		Limits: s.cgroups.Plan(cfg.Limits),
 		Notes: []string{
 			"NO ISOLATION: commands run on the host as uid " + strconv.Itoa(os.Geteuid()) + " and can read, write, signal and connect to anything that user can",
-			"workdir is the host directory " + s.workdir + " (the configured workdir " + cfg.Workdir + " is not used)",
+			"workdir is the host directory " + s.workdir + " (file operations and command workdirs under the configured workdir " + cfg.Workdir + " map there; commands that name it in their arguments reach the host's own)",
 			"file operations are the host's: absolute paths and symlinks reach any host file this user can (only FIFOs and other special files are refused, and reads capped)",
 			"root of the host rung is the engine's own uid: no user namespace, no capability limits beyond the user's",
 			note,
@@ -145,11 +145,25 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 	return s, nil
 }
 
+// path maps a sandbox path to the host: relative paths and paths under the
+// configured workdir land in the host workdir, so the engine's own files
+// (checker files, setup files, the diff capture) never write to the host's
+// real /workspace; other absolute paths are the host's own.
 func (s *Sandbox) path(p string) string {
-	if filepath.IsAbs(p) {
-		return filepath.Clean(p)
+	if !filepath.IsAbs(p) {
+		return filepath.Join(s.workdir, p)
 	}
-	return filepath.Join(s.workdir, p)
+	p = filepath.Clean(p)
+	if w := s.cfg.Workdir; w != "" && filepath.IsAbs(w) && filepath.Clean(w) != "/" {
+		w = filepath.Clean(w)
+		if p == w {
+			return s.workdir
+		}
+		if rel, ok := strings.CutPrefix(p, w+"/"); ok {
+			return filepath.Join(s.workdir, rel)
+		}
+	}
+	return p
 }
 
 // Exec runs argv on the host in its own process group.
