@@ -31,10 +31,9 @@ import (
 // what it wrote before it ends, or a single write refused whole
 // (fallocate), leaves no trace.
 //
-// Known gap on btrfs: any user may create a subvolume (BTRFS_IOC_SUBVOL_CREATE,
-// SNAP_CREATE and their _V2 forms), which gets a quota group of its own
-// outside the container's limit. Closing it needs a seccomp profile of
-// Docker's default rules plus EPERM for those ioctls.
+// On btrfs a subvolume made inside the layer would have a quota group of
+// its own, outside the limit: the containers' seccomp profile refuses the
+// ioctls that make them (seccomp.go).
 
 // diskSlack is how close to its bound a full layer's usage is: a refused
 // write fails at most its own size short of the bound, and writers (dd,
@@ -136,7 +135,7 @@ func (d *btrfsDisk) full() (string, error) {
 
 func (d *btrfsDisk) describe() string {
 	return fmt.Sprintf("disk_mb: the container's writable layer (a btrfs subvolume) holds at most %d MiB beyond its image (quota group exclusive limit; writes past it fail with EDQUOT); /dev/shm is Docker's 64 MiB tmpfs, counted as memory; a layer within 1 MiB of the bound after a command is a disk denial; "+
-		"not yet bounded: a btrfs subvolume the sandbox creates inside its layer (an ioctl Docker's default seccomp profile allows), which has a quota group of its own", d.mb)
+		"creating btrfs subvolumes or snapshots (which would have quota groups of their own) is refused by the seccomp profile", d.mb)
 }
 
 type statfsDisk struct {

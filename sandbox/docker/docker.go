@@ -12,7 +12,8 @@
 // (default bridge), memory and swap limited to MemoryMB, a pids limit
 // (PidsMax, default 512), Docker's default capabilities (neither added nor
 // dropped: what `docker build` RUN steps get), no-new-privileges, Docker's
-// default seccomp profile, sandbox.MaskedPaths and ReadOnlyPaths, and with
+// default seccomp profile with btrfs subvolume creation refused
+// (seccomp.go), sandbox.MaskedPaths and ReadOnlyPaths, and with
 // ReadOnlyRoot a read-only root whose workdir and /tmp are anonymous
 // volumes. It is force-removed, with its volumes, at Close.
 //
@@ -193,6 +194,11 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 		return nil, fmt.Errorf("creating docker sandbox: unknown network mode %q (deny, allowlist or allow)", cfg.Policy.Network)
 	}
 
+	profile, err := seccompProfile()
+	if err != nil {
+		return nil, fmt.Errorf("creating docker sandbox: %w", err)
+	}
+
 	img, hostSys, err := r.image(ctx, cli, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating docker sandbox: %w", err)
@@ -230,7 +236,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 	// _apt, chown, useradd), and root inside is an unprivileged uid outside.
 	hcfg := &container.HostConfig{
 		NetworkMode: "none",
-		SecurityOpt: []string{"no-new-privileges"},
+		SecurityOpt: []string{"no-new-privileges", "seccomp=" + profile},
 		// Explicit, since older daemons mask fewer (/proc/interrupts).
 		MaskedPaths:    sandbox.MaskedPaths,
 		ReadonlyPaths:  sandbox.ReadOnlyPaths,
@@ -388,7 +394,7 @@ func (s *Sandbox) Report() sandbox.Report {
 	if c := s.cfg.Limits.CPUs; c > 0 {
 		rep.Limits = append(rep.Limits, fmt.Sprintf("cpus %g", c))
 	}
-	rep.Limits = append(rep.Limits, "no-new-privileges", "docker default seccomp profile")
+	rep.Limits = append(rep.Limits, "no-new-privileges", seccompReport)
 	rep.UIDMap = append([]string(nil), s.uidMap...)
 	if u, _, _ := strings.Cut(s.user, ":"); u == "0" || u == "root" {
 		rep.Capabilities = append([]string(nil), sandbox.ContainerCapabilities...)
