@@ -88,7 +88,10 @@ func (s *Sandbox) serverArgs(src sources) []string {
 		a = append(a, "--cap-add", "CAP_SYS_PTRACE")
 	}
 	a = append(a, "--hostname", "evalsi", "--as-pid-1")
-	if !s.inNS && (s.uid != 0 || s.gid != 0) {
+	if !s.inNS {
+		// bwrap's own namespace maps the one id it runs as: to the
+		// sandbox's user, root (0) unless Config.User says otherwise, as
+		// the report says; without --uid it would keep the engine's uid.
 		a = append(a, "--uid", strconv.Itoa(s.uid), "--gid", strconv.Itoa(s.gid))
 	}
 	merged := src.root

@@ -194,10 +194,27 @@ func (m IDMap) startMapped(cmd *exec.Cmd, self string) error {
 	defer r.Close()
 	fd := 3 + len(cmd.ExtraFiles)
 	cmd.ExtraFiles = append(cmd.ExtraFiles, r)
-	path := cmd.Path
-	cmd.Args = append([]string{self, strconv.Itoa(fd), path}, cmd.Args...)
-	cmd.Path = self
+	// reexec.Env picks the wait helper, but cmd may use it for a helper of
+	// its own (the landlock launcher is this binary too): that name travels
+	// as an argument, and the wait helper puts it back before it execs.
+	// A nil Env is the engine's, as exec.Cmd would pass it.
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	var own string
+	cmd.Env = nil
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, reexec.Env+"="); ok {
+			own = v
+			continue
+		}
+		cmd.Env = append(cmd.Env, kv)
+	}
 	cmd.Env = append(cmd.Env, reexec.Env+"="+waitHelper)
+	path := cmd.Path
+	cmd.Args = append([]string{self, strconv.Itoa(fd), own, path}, cmd.Args...)
+	cmd.Path = self
 	if err := cmd.Start(); err != nil {
 		w.Close()
 		return err
@@ -226,7 +243,8 @@ func (m IDMap) startMapped(cmd *exec.Cmd, self string) error {
 	return w.Close()
 }
 
-// waitHelper: FD PATH ARGV... — wait for a byte on FD, then exec PATH.
+// waitHelper: FD HELPER PATH ARGV... — wait for a byte on FD, then exec
+// PATH, with reexec.Env set to HELPER unless that is empty.
 const waitHelper = "evalsi-userns-exec"
 
 // holdHelper blocks until its stdin closes: the process whose namespace
@@ -242,8 +260,8 @@ func init() {
 }
 
 func waitMain(args []string) int {
-	if len(args) < 3 {
-		fmt.Fprintln(os.Stderr, "evalsi "+waitHelper+": want FD PATH ARGV...")
+	if len(args) < 4 {
+		fmt.Fprintln(os.Stderr, "evalsi "+waitHelper+": want FD HELPER PATH ARGV...")
 		return 125
 	}
 	fd, err := strconv.Atoi(args[0])
@@ -257,8 +275,11 @@ func waitMain(args []string) int {
 		return 125 // the parent gave up
 	}
 	f.Close()
-	err = syscall.Exec(args[1], args[2:], os.Environ())
-	fmt.Fprintf(os.Stderr, "evalsi %s: exec %s: %v\n", waitHelper, args[1], err)
+	if args[1] != "" {
+		os.Setenv(reexec.Env, args[1])
+	}
+	err = syscall.Exec(args[2], args[3:], os.Environ())
+	fmt.Fprintf(os.Stderr, "evalsi %s: exec %s: %v\n", waitHelper, args[2], err)
 	return 126
 }
 
