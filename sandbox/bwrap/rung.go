@@ -141,6 +141,28 @@ func (r *Rung) host() limits.Host {
 	return limits.ThisHost()
 }
 
+// probeArgs runs `true` in new namespaces over the host's system
+// directories only, as a sandbox without an image sees them. Not the whole
+// host tree (`--ro-bind / /`): bwrap remounts every submount of a
+// recursive bind read-only, and one that another sandbox unmounts
+// meanwhile (an overlay, a tmpfs) fails the probe, and with it the run.
+func probeArgs() []string {
+	a := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"}
+	for _, d := range hostSystemDirs {
+		fi, err := os.Lstat("/" + d)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			if target, err := os.Readlink("/" + d); err == nil {
+				a = append(a, "--symlink", target, "/"+d)
+			}
+		case fi.IsDir():
+			a = append(a, "--ro-bind", "/"+d, "/"+d)
+		}
+	}
+	return append(a, "--proc", "/proc", "--dev", "/dev", "--", "true")
+}
+
 // Probe runs `bwrap --unshare-all … true` to check that namespaces can be
 // created here (they cannot in some containers, or with AppArmor's
 // unprivileged-userns restriction).
@@ -157,10 +179,17 @@ func (r *Rung) Probe(ctx context.Context) sandbox.Probe {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bw, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-		"--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "true")
-	cmd.Env = []string{}
-	out, err := cmd.CombinedOutput()
+	var out []byte
+	for try := range 2 {
+		// Twice: mounts coming and going on a busy host can fail one
+		// bwrap, which must not make the rung look broken for a run.
+		cmd := exec.CommandContext(ctx, bw, probeArgs()...)
+		cmd.Env = []string{}
+		if out, err = cmd.CombinedOutput(); err == nil || try == 1 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err != nil {
 		p.Reason = fmt.Sprintf("%s cannot create namespaces here: %v: %s", bw, err, strings.TrimSpace(string(out)))
 		return p
