@@ -83,6 +83,10 @@ type Rung struct {
 
 	viewsOnce sync.Once
 	viewsErr  error
+	// views is this process's directory in viewsDir; viewsLock, held for
+	// the process's life, tells other engines it is alive.
+	views     string
+	viewsLock *os.File
 }
 
 // userNS is how sandboxes get their user namespace.

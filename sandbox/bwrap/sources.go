@@ -3,9 +3,12 @@ package bwrap
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/moby/sys/mountinfo"
@@ -40,7 +43,7 @@ func (s *Sandbox) bindSources(proxy string) (sources, error) {
 	if err := s.rung.viewsDir(); err != nil {
 		return src, err
 	}
-	dir := filepath.Join(viewsDir, s.id+"-"+strconv.FormatInt(s.seq.Add(1), 10))
+	dir := filepath.Join(s.rung.views, s.id+"-"+strconv.FormatInt(s.seq.Add(1), 10))
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return src, fmt.Errorf("preparing bwrap's view of the sandbox: %w", err)
 	}
@@ -92,7 +95,11 @@ func (s *Sandbox) bindSources(proxy string) (sources, error) {
 
 // viewsDir prepares viewsDir once per engine: a directory only root could
 // have made, and a private mount, so that detaching a view from the host
-// does not propagate into the sandbox whose namespace copied it.
+// does not propagate into the sandbox whose namespace copied it. In it the
+// engine makes a directory of its own, proc-PID-RAND, with a lock file it
+// holds for life, and removes the directories of engines whose lock is
+// free: an engine killed while a server was starting leaves its views
+// mounted, and each lengthens the mount table every bwrap reads.
 func (r *Rung) viewsDir() error {
 	r.viewsOnce.Do(func() {
 		r.viewsErr = func() error {
@@ -114,11 +121,64 @@ func (r *Rung) viewsDir() error {
 					return err
 				}
 			}
-			return unix.Mount("", viewsDir, "", unix.MS_PRIVATE, "")
+			if err := unix.Mount("", viewsDir, "", unix.MS_PRIVATE, ""); err != nil {
+				return err
+			}
+			sweepViews()
+			own, err := os.MkdirTemp(viewsDir, fmt.Sprintf("proc-%d-", os.Getpid()))
+			if err != nil {
+				return err
+			}
+			if err := os.Chmod(own, 0o711); err != nil {
+				return err
+			}
+			lock, err := os.OpenFile(filepath.Join(own, ".lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
+			if err != nil {
+				return err
+			}
+			if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+				lock.Close()
+				return err
+			}
+			r.views, r.viewsLock = own, lock
+			return nil
 		}()
 		if r.viewsErr != nil {
 			r.viewsErr = fmt.Errorf("preparing %s, where bwrap finds what it binds into sandboxes: %w", viewsDir, r.viewsErr)
 		}
 	})
 	return r.viewsErr
+}
+
+// sweepViews unmounts and removes the view directories of engines that are
+// gone (their lock is free); a live engine's are never touched.
+func sweepViews() {
+	ents, err := os.ReadDir(viewsDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "proc-") {
+			continue
+		}
+		dir := filepath.Join(viewsDir, e.Name())
+		lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // being made, or not ours
+		}
+		if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+			lock.Close()
+			continue // its engine is alive
+		}
+		mounts, _ := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+		// Deepest first, though views are not nested today.
+		sort.Slice(mounts, func(i, j int) bool { return len(mounts[i].Mountpoint) > len(mounts[j].Mountpoint) })
+		for _, m := range mounts {
+			unix.Unmount(m.Mountpoint, unix.MNT_DETACH)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			slog.Warn("removing a stopped engine's bwrap views", "dir", dir, "err", err)
+		}
+		lock.Close()
+	}
 }
