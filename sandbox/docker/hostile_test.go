@@ -18,33 +18,6 @@ import (
 	"evals.si/sandbox/sandboxtest"
 )
 
-// capNumbers are the Linux numbers of Docker's default capabilities.
-var capNumbers = map[string]uint{
-	"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_FSETID": 4, "CAP_KILL": 5, "CAP_SETGID": 6,
-	"CAP_SETUID": 7, "CAP_SETPCAP": 8, "CAP_NET_BIND_SERVICE": 10, "CAP_NET_RAW": 13, "CAP_SYS_CHROOT": 18,
-	"CAP_MKNOD": 27, "CAP_AUDIT_WRITE": 29, "CAP_SETFCAP": 31,
-}
-
-func capNames(t *testing.T, hex string) []string {
-	t.Helper()
-	mask, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
-	if err != nil {
-		t.Fatalf("CapEff %q: %v", hex, err)
-	}
-	var out []string
-	for name, n := range capNumbers {
-		if mask&(1<<n) != 0 {
-			out = append(out, name)
-			mask &^= 1 << n
-		}
-	}
-	if mask != 0 {
-		out = append(out, fmt.Sprintf("unknown:%#x", mask))
-	}
-	slices.Sort(out)
-	return out
-}
-
 // TestRootInsideIsUnprivilegedOutside: the rung runs only on a daemon that
 // remaps root; the report's map is the container's, commands hold exactly
 // Docker's default capabilities, a global sysctl cannot be written, and
@@ -76,7 +49,7 @@ echo '|/tmp/pwn' > /proc/sys/kernel/core_pattern && echo WROTE-SYSCTL; true`}})
 	if n, _ := strconv.Atoi(f[2]); rep.UIDMap[0] != fmt.Sprintf("0-%d -> %s-%d", n-1, f[1], mustAtoi(t, f[1])+n-1) {
 		t.Errorf("report uid map %q, container's uid_map %q", rep.UIDMap, lines[1])
 	}
-	if got := capNames(t, lines[2]); !slices.Equal(got, sandbox.ContainerCapabilities) {
+	if got := sandboxtest.CapNames(t, lines[2]); !slices.Equal(got, sandbox.ContainerCapabilities) {
 		t.Errorf("CapEff inside %q, want %q", got, sandbox.ContainerCapabilities)
 	}
 	var script strings.Builder

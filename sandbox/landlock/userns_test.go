@@ -13,29 +13,9 @@ import (
 	"time"
 
 	"evals.si/sandbox"
+	"evals.si/sandbox/sandboxtest"
 	"evals.si/sandbox/userns"
 )
-
-// capNames decodes a CapEff hex mask into sorted CAP_ names.
-func capNames(t *testing.T, hex string) []string {
-	t.Helper()
-	mask, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
-	if err != nil {
-		t.Fatalf("CapEff %q: %v", hex, err)
-	}
-	var out []string
-	for name, n := range capNumbers {
-		if mask&(1<<n) != 0 {
-			out = append(out, name)
-			mask &^= 1 << n
-		}
-	}
-	if mask != 0 {
-		out = append(out, fmt.Sprintf("unknown:%#x", mask))
-	}
-	slices.Sort(out)
-	return out
-}
 
 // TestRootInsideIsUnprivilegedOutside: the command is root of a user
 // namespace whose map is the report's (0–65535 to a subordinate range when
@@ -80,7 +60,7 @@ echo 1 > /proc/sys/vm/drop_caches && echo WROTE-VM`)
 	if os.Geteuid() == 0 && (m.UID[0].Outside == 0) {
 		t.Errorf("engine is root but the sandbox's root maps to host uid 0")
 	}
-	if got := capNames(t, lines[len(lines)-1]); !slices.Equal(got, sandbox.ContainerCapabilities) {
+	if got := sandboxtest.CapNames(t, lines[len(lines)-1]); !slices.Equal(got, sandbox.ContainerCapabilities) {
 		t.Errorf("CapEff inside %q, want %q", got, sandbox.ContainerCapabilities)
 	}
 

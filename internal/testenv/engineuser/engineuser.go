@@ -14,12 +14,15 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
 	"evals.si/internal/testenv"
+	"evals.si/sandbox"
+	"evals.si/sandbox/sandboxtest"
 )
 
 // Env marks the inner run; its value is the uid_map the sandbox must have,
@@ -131,5 +134,99 @@ func copyFile(t *testing.T, src, dst string) {
 	}
 	if err := out.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// RerunEach re-runs inner as each engine user .ci/setup provides for it:
+// evalsi-test, with a range in /etc/subuid (newuidmap writes 0 -> its uid,
+// 1-65535 -> the range), and nobody, with none (only root maps, to nobody).
+func RerunEach(t *testing.T, inner string) {
+	t.Helper()
+	if Inner() {
+		t.Skip("the inner run")
+	}
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root", "re-running the tests as other users needs root")
+	}
+	for _, tc := range []struct{ user, why string }{
+		{"evalsi-test", "the user .ci/setup makes, with a range in /etc/subuid"},
+		{"nobody", "a user with no subordinate range"},
+	} {
+		t.Run(tc.user, func(t *testing.T) { Rerun(t, tc.user, tc.why, inner) })
+	}
+}
+
+// Check is the inner run's check of a sandbox without an image: uid 0
+// inside with the expected map, which its report states with a note saying
+// which map it is; the report's capabilities are wantCaps and so is the
+// effective set inside; root inside cannot write a global sysctl; a
+// command works; switching to another user works with a range and fails
+// with the single-id map.
+func Check(t *testing.T, sb sandbox.Sandbox, wantCaps []string) {
+	t.Helper()
+	want := WantUIDMap(t)
+	full := len(want) > 1
+	sh := func(script string) sandbox.ExecResult {
+		t.Helper()
+		res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", script}})
+		if err != nil {
+			t.Fatalf("%s: %v", script, err)
+		}
+		return res
+	}
+
+	res := sh("id -u; cat /proc/self/uid_map")
+	lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+	var got []string
+	for _, l := range lines[min(1, len(lines)):] {
+		got = append(got, strings.Join(strings.Fields(l), " "))
+	}
+	if res.ExitCode != 0 || len(lines) == 0 || lines[0] != "0" || !slices.Equal(got, want) {
+		t.Errorf("id -u and uid_map inside: exit %d %q (stderr %q), want 0 and %q", res.ExitCode, res.Stdout, res.Stderr, want)
+	}
+
+	rep := sb.Report()
+	t.Logf("uid_map inside %q; report uid map %q", got, rep.UIDMap)
+	var wantRep []string
+	for _, w := range want {
+		var in, out, n int
+		fmt.Sscanf(w, "%d %d %d", &in, &out, &n)
+		wantRep = append(wantRep, fmt.Sprintf("%d-%d -> %d-%d", in, in+n-1, out, out+n-1))
+	}
+	if !slices.Equal(rep.UIDMap, wantRep) {
+		t.Errorf("report uid map %q, want %q", rep.UIDMap, wantRep)
+	}
+	note := "only root maps"
+	if full {
+		note = "written by newuidmap"
+	}
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, note) }) {
+		t.Errorf("report notes lack %q: %q", note, rep.Notes)
+	}
+	if !slices.Equal(rep.Capabilities, wantCaps) {
+		t.Errorf("report capabilities %q, want %q", rep.Capabilities, wantCaps)
+	}
+	res = sh("grep CapEff /proc/self/status")
+	if f := strings.Fields(string(res.Stdout)); len(f) != 2 || !slices.Equal(sandboxtest.CapNames(t, f[1]), slices.Sorted(slices.Values(wantCaps))) {
+		t.Errorf("capabilities inside: %q, want %q", res.Stdout, wantCaps)
+	}
+
+	before, _ := os.ReadFile("/proc/sys/vm/swappiness")
+	res = sh("echo 7 > /proc/sys/vm/swappiness && echo WROTE")
+	if after, _ := os.ReadFile("/proc/sys/vm/swappiness"); string(after) != string(before) || strings.Contains(string(res.Stdout), "WROTE") {
+		t.Errorf("the sandbox wrote vm.swappiness (%q -> %q; stdout %q)", before, after, res.Stdout)
+	}
+
+	res = sh("echo hello > f && cat f")
+	if res.ExitCode != 0 || string(res.Stdout) != "hello\n" {
+		t.Errorf("a normal command: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+
+	res = sh("setpriv --reuid 1000 --regid 1000 --clear-groups id -u")
+	switch {
+	case full && (res.ExitCode != 0 || string(res.Stdout) != "1000\n"):
+		t.Errorf("switching to uid 1000 with a range: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	case !full && res.ExitCode == 0:
+		t.Errorf("switching to uid 1000 with the single-id map succeeded: stdout %q", res.Stdout)
 	}
 }
