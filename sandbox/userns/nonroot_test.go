@@ -4,23 +4,17 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
-	"evals.si/internal/testenv"
+	"evals.si/internal/testenv/engineuser"
 	"evals.si/sandbox/reexec"
 )
 
 // Start as a non-root engine, through newuidmap (evalsi-test, which
 // .ci/setup gives a range in /etc/subuid and /etc/subgid) and with the
 // single-id map (nobody): TestStartAsUser, run as root, re-runs this test
-// binary's TestStartInner as each.
-
-const innerEnv = "EVALSI_TEST_USERNS_INNER"
+// binary's TestStartInner as each (internal/testenv/engineuser).
 
 // echoHelper prints what a helper of this binary started through Start
 // sees: its uid, its arguments, and one variable of its environment.
@@ -33,60 +27,16 @@ func init() {
 	})
 }
 
-func TestStartAsUser(t *testing.T) {
-	if os.Getenv(innerEnv) != "" {
-		t.Skip("the inner run")
-	}
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, "root", "re-running the tests as other users needs root")
-	}
-	if _, err := exec.LookPath("newuidmap"); err != nil {
-		testenv.Missing(t, "newuidmap", "apt-get install uidmap (.ci/setup)")
-	}
-	for _, tc := range []struct{ user, mode string }{{"evalsi-test", "helper"}, {"nobody", "single"}} {
-		t.Run(tc.user, func(t *testing.T) {
-			u, err := user.Lookup(tc.user)
-			if err != nil {
-				testenv.Missing(t, "user "+tc.user, err.Error()+"; run .ci/setup")
-			}
-			uid, _ := strconv.Atoi(u.Uid)
-			gid, _ := strconv.Atoi(u.Gid)
-			// The build directory is 0700 root: copy the binary where
-			// the user can run it.
-			dir, err := os.MkdirTemp("", "evalsi-userns-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { os.RemoveAll(dir) })
-			os.Chmod(dir, 0o755)
-			bin := filepath.Join(dir, "userns.test")
-			data, err := os.ReadFile(os.Args[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(bin, data, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			cmd := exec.CommandContext(t.Context(), bin, "-test.run=^TestStartInner$", "-test.v", "-test.count=1")
-			cmd.Dir = dir
-			cmd.Env = append(os.Environ(), innerEnv+"="+tc.mode)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
-			out, err := cmd.CombinedOutput()
-			if err != nil || !strings.Contains(string(out), "--- PASS: TestStartInner") {
-				t.Fatalf("TestStartInner as %s: %v\n%s", tc.user, err, out)
-			}
-		})
-	}
-}
+func TestStartAsUser(t *testing.T) { engineuser.RerunEach(t, "TestStartInner") }
 
 // TestStartInner (the inner run): ForEngine picks newuidmap's map or the
 // single-id one; Start runs a program as root inside with that map, and a
 // helper of this binary as itself (its reexec name, arguments and the
 // engine's environment intact); Namespace makes a namespace with the map.
 func TestStartInner(t *testing.T) {
-	mode := os.Getenv(innerEnv)
-	if mode == "" {
-		t.Skip("run by TestStartAsUser as another user")
+	mode := "single"
+	if len(engineuser.WantUIDMap(t)) > 1 {
+		mode = "helper"
 	}
 	m, note, err := ForEngine()
 	if err != nil {
