@@ -16,11 +16,6 @@ import (
 	"evals.si/sandbox/bwrap/internal/execserver"
 )
 
-// MaxReadFile caps what ReadFile returns: the engine reads tool files and
-// checker output, never more than this; a larger file is refused with an
-// error naming the path and the cap (as Inspect caps read_file).
-const MaxReadFile = 64 << 20
-
 // ReadFile and WriteFile are served by the exec server inside the sandbox
 // (execserver/files.go): paths resolve in the sandbox's own view (with no
 // image, /etc/mtab is the sandbox's mount table, not the engine's), only
@@ -30,7 +25,7 @@ const MaxReadFile = 64 << 20
 
 // ReadFile reads a regular file as the sandbox sees it.
 func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
-	res, err := s.fileOp(ctx, execserver.FileMsg{Path: sandbox.InSandboxPath(s.workdir, p), Max: MaxReadFile})
+	res, err := s.fileOp(ctx, execserver.FileMsg{Path: sandbox.InSandboxPath(s.workdir, p), Max: sandbox.MaxReadFile})
 	if err != nil {
 		return nil, &fs.PathError{Op: "read", Path: p, Err: err}
 	}

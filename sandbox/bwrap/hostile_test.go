@@ -242,7 +242,7 @@ func TestFileOpsStayInside(t *testing.T) {
 	}
 
 	// Reads are capped.
-	run(t, sb, fmt.Sprintf("truncate -s %d big", MaxReadFile+1))
+	run(t, sb, fmt.Sprintf("truncate -s %d big", sandbox.MaxReadFile+1))
 	if _, err := sb.ReadFile(ctx, "big"); err == nil || !strings.Contains(err.Error(), "big") || !strings.Contains(err.Error(), "64 MiB") {
 		t.Errorf("ReadFile over the cap: %v; want an error naming the path and the cap", err)
 	}

@@ -370,7 +370,7 @@ func (s *Sandbox) makeReport(cgNote string) sandbox.Report {
 		exec += " and cgroup"
 	}
 	rep.Notes = append(rep.Notes, exec+", and what it leaves running is killed when it ends")
-	rep.Notes = append(rep.Notes, fmt.Sprintf("file reads and writes are served by the exec server, inside the sandbox's view: regular files only, reads capped at %d MiB", MaxReadFile>>20))
+	rep.Notes = append(rep.Notes, fmt.Sprintf("file reads and writes are served by the exec server, inside the sandbox's view: regular files only, reads capped at %d MiB", sandbox.MaxReadFile>>20))
 	if s.noImage {
 		note := "no image: the host's /usr, /bin, /sbin, /lib*, /etc read-only (" + strings.Join(hiddenHostFiles, ", ") + " and " + strings.Join(hiddenHostDirs, ", ") + " hidden)"
 		if s.inNS {

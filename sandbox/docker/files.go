@@ -12,10 +12,9 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
-)
 
-// MaxReadBytes caps ReadFile, as Inspect caps read_file.
-const MaxReadBytes = 64 << 20
+	"evals.si/sandbox"
+)
 
 // File operations go through the daemon's archive API, which resolves
 // paths in the container's root (symlinks included, so a link to a host
@@ -24,11 +23,6 @@ const MaxReadBytes = 64 << 20
 // path can block the engine, and the context bounds each request. Files
 // are written as the container's root (the tar's owner 0, which a
 // userns-remap daemon maps to its remapped root).
-
-// notRegular is the refusal for something other than a regular file.
-func notRegular(kind string) error {
-	return fmt.Errorf("it is a %s, not a regular file: file operations read and write regular files only", kind)
-}
 
 func tarKind(t byte) string {
 	switch t {
@@ -45,7 +39,7 @@ func tarKind(t byte) string {
 }
 
 // ReadFile reads a regular file through the archive API, following
-// symlinks inside the container, at most MaxReadBytes.
+// symlinks inside the container, at most sandbox.MaxReadFile.
 func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
@@ -67,11 +61,11 @@ func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
 		}
 		switch hdr.Typeflag {
 		case tar.TypeReg:
-			if hdr.Size > MaxReadBytes {
+			if hdr.Size > sandbox.MaxReadFile {
 				rc.Close()
-				return nil, fmt.Errorf("reading %s from docker sandbox: it is %d bytes, larger than the %d MiB read cap", p, hdr.Size, MaxReadBytes>>20)
+				return nil, fmt.Errorf("reading %s from docker sandbox: it is %d bytes, larger than the %d MiB read cap", p, hdr.Size, sandbox.MaxReadFile>>20)
 			}
-			b, err := io.ReadAll(io.LimitReader(tr, MaxReadBytes))
+			b, err := io.ReadAll(io.LimitReader(tr, sandbox.MaxReadFile))
 			rc.Close()
 			if err != nil {
 				return nil, fmt.Errorf("reading %s from docker sandbox: %w", p, err)
@@ -89,7 +83,7 @@ func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
 			return nil, fmt.Errorf("reading %s from docker sandbox: is a directory", p)
 		default:
 			rc.Close()
-			return nil, fmt.Errorf("reading %s from docker sandbox: %w", p, notRegular(tarKind(hdr.Typeflag)))
+			return nil, fmt.Errorf("reading %s from docker sandbox: %w", p, sandbox.NotRegular(tarKind(hdr.Typeflag)))
 		}
 	}
 	return nil, fmt.Errorf("reading %s from docker sandbox: too many symlinks", p)
@@ -114,13 +108,13 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.
 	if st, err := s.cli.ContainerStatPath(ctx, s.id, full); err == nil {
 		switch m := st.Mode; {
 		case m.IsDir():
-			return fmt.Errorf("writing %s into docker sandbox: %w", p, notRegular("directory"))
+			return fmt.Errorf("writing %s into docker sandbox: %w", p, sandbox.NotRegular("directory"))
 		case m&fs.ModeNamedPipe != 0:
-			return fmt.Errorf("writing %s into docker sandbox: %w", p, notRegular("FIFO"))
+			return fmt.Errorf("writing %s into docker sandbox: %w", p, sandbox.NotRegular("FIFO"))
 		case m&fs.ModeSocket != 0:
-			return fmt.Errorf("writing %s into docker sandbox: %w", p, notRegular("socket"))
+			return fmt.Errorf("writing %s into docker sandbox: %w", p, sandbox.NotRegular("socket"))
 		case m&fs.ModeDevice != 0:
-			return fmt.Errorf("writing %s into docker sandbox: %w", p, notRegular("device"))
+			return fmt.Errorf("writing %s into docker sandbox: %w", p, sandbox.NotRegular("device"))
 		}
 	} else if !client.IsErrNotFound(err) {
 		return fmt.Errorf("writing %s into docker sandbox: %w", p, err)

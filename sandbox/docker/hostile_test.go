@@ -162,7 +162,7 @@ func TestFileOperationsStayInside(t *testing.T) {
 	}{{"no image", sandbox.Config{}}, {"image", sandbox.Config{Root: miniRoot(t)}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			sb := newSandbox(t, tc.cfg)
-			res := run(t, sb, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", fmt.Sprintf(`ln -s %s /workspace/link; mkfifo /workspace/fifo /tmp/fifo; : > big; dd if=/dev/zero of=big bs=1 count=1 seek=%d 2>/dev/null; ls`, canary, MaxReadBytes+10)}})
+			res := run(t, sb, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", fmt.Sprintf(`ln -s %s /workspace/link; mkfifo /workspace/fifo /tmp/fifo; : > big; dd if=/dev/zero of=big bs=1 count=1 seek=%d 2>/dev/null; ls`, canary, sandbox.MaxReadFile+10)}})
 			if !strings.Contains(string(res.Stdout), "fifo") {
 				t.Skipf("could not make FIFOs in the image: %s %s", res.Stdout, res.Stderr)
 			}

@@ -317,16 +317,13 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	return res, stopErr
 }
 
-// MaxReadBytes caps ReadFile, as Inspect caps read_file.
-const MaxReadBytes = 64 << 20
-
 // File operations on the host rung are host file operations: paths and
 // symlinks mean what they mean on the host (the report says so). They still
 // refuse anything but regular files, so a FIFO the command left at a path
 // cannot block the engine, and reads are capped.
 
 // ReadFile reads a regular host file (relative paths are in the workdir),
-// at most MaxReadBytes.
+// at most sandbox.MaxReadFile.
 func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
 	if err := s.life.Usable(); err != nil {
 		return nil, err
@@ -339,12 +336,12 @@ func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
 		return nil, &fs.PathError{Op: "read", Path: p, Err: err}
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxReadBytes+1))
+	b, err := io.ReadAll(io.LimitReader(f, sandbox.MaxReadFile+1))
 	if err != nil {
 		return nil, &fs.PathError{Op: "read", Path: p, Err: err}
 	}
-	if len(b) > MaxReadBytes {
-		return nil, &fs.PathError{Op: "read", Path: p, Err: fmt.Errorf("it is larger than the %d MiB read cap", MaxReadBytes>>20)}
+	if len(b) > sandbox.MaxReadFile {
+		return nil, &fs.PathError{Op: "read", Path: p, Err: fmt.Errorf("it is larger than the %d MiB read cap", sandbox.MaxReadFile>>20)}
 	}
 	return b, nil
 }
@@ -395,27 +392,13 @@ func openRegular(name string, flags int) (*os.File, error) {
 		return nil, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("it is a %s, not a regular file: file operations read and write regular files only", fileKind(st.Mode))
+		return nil, sandbox.NotRegular(sandbox.FileKind(st.Mode))
 	}
 	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), flags|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), name), nil
-}
-
-func fileKind(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return "directory"
-	case unix.S_IFIFO:
-		return "FIFO"
-	case unix.S_IFSOCK:
-		return "socket"
-	case unix.S_IFCHR, unix.S_IFBLK:
-		return "device"
-	}
-	return "special file"
 }
 
 // Report describes the (absent) isolation.

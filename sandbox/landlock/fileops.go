@@ -10,37 +10,9 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"evals.si/sandbox"
 )
-
-// MaxReadBytes caps ReadFile, as Inspect caps read_file: a sandbox's file
-// can be as large as its disk, and the engine holds what it reads in memory.
-const MaxReadBytes = 64 << 20
-
-// errNotRegular says a path holds something file operations refuse: a
-// FIFO would block the engine, a device or socket has side effects.
-type errNotRegular struct{ kind string }
-
-func (e errNotRegular) Error() string {
-	return "it is a " + e.kind + ", not a regular file: file operations read and write regular files only"
-}
-
-func fileKind(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return "directory"
-	case unix.S_IFIFO:
-		return "FIFO"
-	case unix.S_IFSOCK:
-		return "socket"
-	case unix.S_IFCHR:
-		return "character device"
-	case unix.S_IFBLK:
-		return "block device"
-	case unix.S_IFLNK:
-		return "symlink"
-	}
-	return "special file"
-}
 
 // openAt2 opens rel below dirfd with resolve's rules.
 func openAt2(dirfd int, rel string, flags int, mode uint32, resolve uint64) (int, error) {
@@ -61,7 +33,7 @@ func reopenRegular(pathFD int, flags int) (*os.File, error) {
 		return nil, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, errNotRegular{fileKind(st.Mode)}
+		return nil, sandbox.NotRegular(sandbox.FileKind(st.Mode))
 	}
 	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pathFD), flags|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {

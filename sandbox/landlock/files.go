@@ -23,7 +23,7 @@ var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 
 // File operations resolve inside the sandbox's root only, and refuse
 // anything but regular files (a FIFO would block the engine), reading at
-// most MaxReadBytes. A path in the workdir or /tmp without symlinks is
+// most sandbox.MaxReadFile. A path in the workdir or /tmp without symlinks is
 // served straight from the state directory (the same files the sandbox
 // sees bound there); anything else — another directory, a path through a
 // symlink — by a launcher that builds the sandbox's root as Exec does and
@@ -65,7 +65,7 @@ func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
 	}
 	abs := sandbox.InSandboxPath(s.cfg.Workdir, p)
 	if base, rel, ok := s.direct(abs); ok {
-		b, err := withDir(base, func(fd int) ([]byte, error) { return readAt(fd, rel, directResolve, MaxReadBytes) })
+		b, err := withDir(base, func(fd int) ([]byte, error) { return readAt(fd, rel, directResolve, sandbox.MaxReadFile) })
 		if !errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.EXDEV) {
 			return b, fileErr("read", p, err)
 		}
@@ -149,7 +149,7 @@ func (s *Sandbox) fileInSandbox(ctx context.Context, op fileOp, data []byte) ([]
 	defer s.execMu.Unlock()
 	sp, mounts := s.launchSpec()
 	sp.File = &op
-	res, err := s.runLauncher(ctx, sp, mounts, nil, data, time.Minute, MaxReadBytes)
+	res, err := s.runLauncher(ctx, sp, mounts, nil, data, time.Minute, sandbox.MaxReadFile)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func doFile(sp spec) (st status) {
 	defer unix.Close(root)
 	switch sp.File.Op {
 	case "read":
-		b, err := readAt(root, sp.File.Path, inRootResolve, MaxReadBytes)
+		b, err := readAt(root, sp.File.Path, inRootResolve, sandbox.MaxReadFile)
 		if err != nil {
 			return fail(err)
 		}

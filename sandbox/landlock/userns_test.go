@@ -145,7 +145,7 @@ func TestFileOperationsStayInside(t *testing.T) {
 			sb := newSandbox(t, tc.cfg)
 			res := run(t, sb, "/bin/sh", "-c", fmt.Sprintf(`ln -s %s /workspace/link; ln -s %s /tmp/link; mkdir -p /opt/d; ln -s %s /opt/d/link; ln -s /opt/target.txt /workspace/tlink
 mkfifo /workspace/fifo /tmp/fifo /opt/d/fifo
-: > /workspace/big && dd if=/dev/zero of=/workspace/big bs=1 count=1 seek=%d 2>/dev/null; ls /workspace`, canary, canary, canary, MaxReadBytes+10))
+: > /workspace/big && dd if=/dev/zero of=/workspace/big bs=1 count=1 seek=%d 2>/dev/null; ls /workspace`, canary, canary, canary, sandbox.MaxReadFile+10))
 			if !strings.Contains(string(res.Stdout), "fifo") {
 				t.Skipf("could not make FIFOs in the sandbox: %s %s", res.Stdout, res.Stderr)
 			}
