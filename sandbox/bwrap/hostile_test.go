@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"evals.si/image"
+	"evals.si/internal/testenv"
 	"evals.si/internal/testenv/benchimage"
 	"evals.si/sandbox"
 	"evals.si/sandbox/userns"
@@ -25,7 +26,7 @@ import (
 func needRootEngine(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("the engine is not root: sandboxes map only its own uid (see the isolation report)")
+		testenv.Missing(t, "root engine", "the engine is not root: sandboxes map only its own uid (see the isolation report)")
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"evals.si/internal/testenv"
 	"evals.si/sandbox"
 	"evals.si/sandbox/sandboxtest"
 	"evals.si/sandbox/userns"
@@ -88,7 +89,7 @@ func TestContainerCapabilitiesWork(t *testing.T) {
 	sb := newSandbox(t, sandbox.Config{})
 	m, _, _ := userns.ForEngine()
 	if !m.Full() {
-		t.Skip("the engine's map covers only root: a sandbox cannot switch users here")
+		testenv.Missing(t, "a full uid map", "the engine's map covers only root: a sandbox cannot switch users here")
 	}
 	res := run(t, sb, "sh", "-c", `touch f && chown 1000:1000 f && stat -c %u:%g f && setpriv --reuid 1000 --regid 1000 --clear-groups id -u`)
 	if res.ExitCode != 0 || string(res.Stdout) != "1000:1000\n1000\n" {
@@ -101,7 +102,7 @@ func TestContainerCapabilitiesWork(t *testing.T) {
 // system directories without an image.
 func TestImageFilesOwnedByMappedIDs(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("idmapped mounts need the engine to be root")
+		testenv.Missing(t, "root engine", "idmapped mounts need the engine to be root")
 	}
 	root := miniRoot(t)
 	if err := os.Chown(filepath.Join(root, "workspace/seed.txt"), 1000, 1000); err != nil {
@@ -147,7 +148,7 @@ func TestFileOperationsStayInside(t *testing.T) {
 mkfifo /workspace/fifo /tmp/fifo /opt/d/fifo
 : > /workspace/big && dd if=/dev/zero of=/workspace/big bs=1 count=1 seek=%d 2>/dev/null; ls /workspace`, canary, canary, canary, sandbox.MaxReadFile+10))
 			if !strings.Contains(string(res.Stdout), "fifo") {
-				t.Skipf("could not make FIFOs in the sandbox: %s %s", res.Stdout, res.Stderr)
+				t.Fatalf("could not make FIFOs in the sandbox: %s %s", res.Stdout, res.Stderr)
 			}
 			for _, p := range []string{"link", "/tmp/link", "/opt/d/link"} {
 				b, err := sb.ReadFile(ctx, p)
@@ -232,7 +233,7 @@ mkfifo /workspace/fifo /tmp/fifo /opt/d/fifo
 // what is allowed (a unix socket, the forwarder) leaves none.
 func TestBlockedAttemptsAreDenials(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 is needed for the probes")
+		testenv.Missing(t, "python3", "python3 is needed for the probes")
 	}
 	proxy := plainTCPListener(t)
 	deny := newSandbox(t, sandbox.Config{})
@@ -274,7 +275,7 @@ func TestBlockedAttemptsAreDenials(t *testing.T) {
 // writable layer hold together, and hitting it is a "disk" denial.
 func TestDiskLimit(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("disk_mb's tmpfs needs the engine to be root")
+		testenv.Missing(t, "root engine", "disk_mb's tmpfs needs the engine to be root")
 	}
 	sb := newSandbox(t, sandbox.Config{Limits: sandbox.Limits{DiskMB: 32}})
 	res := run(t, sb, "sh", "-c", `for d in /workspace /tmp /opt; do for i in 1 2 3; do head -c 8000000 /dev/zero > $d/f$i 2>/dev/null; done; done; du -cm /workspace /tmp /opt | tail -1`)
