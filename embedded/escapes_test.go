@@ -187,8 +187,15 @@ func escapeCases(t *testing.T, fx *fixtures) []escapeCase {
 				return false, "no uid_map line for uid 0: " + out
 			}},
 		{id: "sysctl-write", attack: "write a global sysctl (kernel.core_pattern, vm.swappiness; their current value back)",
-			calls: []toolCall{bash(`for f in /proc/sys/kernel/core_pattern /proc/sys/vm/swappiness; do v=$(cat $f) && (printf '%s\n' "$v" > $f) 2>/dev/null && echo "WROTE $f"; done; echo checked`)},
-			check: func(v *trialView) (bool, string) { return notIn(v.output(), "WROTE") }},
+			calls: []toolCall{bash(`for f in /proc/sys/kernel/core_pattern /proc/sys/vm/swappiness; do v=$(cat $f) || continue; echo "SAW $f"; (printf '%s\n' "$v" > $f) 2>/dev/null && echo "WROTE $f"; done; echo checked`)},
+			check: func(v *trialView) (bool, string) {
+				// The files must be there to be refused: a sandbox without
+				// them would pass without testing anything.
+				if !strings.Contains(v.output(), "SAW /proc/sys/vm/swappiness") {
+					return false, "could not read vm.swappiness, so the write was not tried: " + fmt.Sprintf("%.200s", v.output())
+				}
+				return notIn(v.output(), "WROTE")
+			}},
 		{id: "masked-proc", attack: "read the /proc files Docker masks (kcore, keys, timer_list, sched_debug)",
 			calls: []toolCall{bash(`for p in /proc/kcore /proc/keys /proc/timer_list /proc/sched_debug; do n=$(head -c 64 $p 2>/dev/null | wc -c); [ "$n" -gt 0 ] && echo "READ $p"; done; echo checked`)},
 			check: func(v *trialView) (bool, string) { return notIn(v.output(), "READ ") }},
