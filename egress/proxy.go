@@ -361,7 +361,14 @@ func (p *Proxy) decideAllowAll(ctx context.Context, d decision) decision {
 			ips = append(ips, a.IP)
 		}
 	}
-	local := localAddrs()
+	local, err := localAddrs()
+	if err != nil {
+		// Fail closed: without the machine's addresses, any of them
+		// could be the destination.
+		d.ev.Reason = "cannot tell this machine's addresses apart: " + err.Error()
+		d.code = http.StatusBadGateway
+		return d
+	}
 	var refused []string
 	for _, ip := range ips {
 		if why := ownMachine(ip, local); why != "" {
@@ -414,10 +421,10 @@ func ownMachine(ip net.IP, local []net.IP) string {
 // localAddrs are the addresses of this machine's interfaces, read at each
 // decision since interfaces come and go (a service listening on 0.0.0.0 is
 // reached through any of them).
-func localAddrs() []net.IP {
+func localAddrs() ([]net.IP, error) {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("listing this machine's interface addresses: %w", err)
 	}
 	out := make([]net.IP, 0, len(addrs))
 	for _, a := range addrs {
@@ -425,7 +432,7 @@ func localAddrs() []net.IP {
 			out = append(out, n.IP)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // isPublic reports whether ip is a global unicast address outside the
