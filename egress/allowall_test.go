@@ -152,3 +152,21 @@ func TestSocketPerProxy(t *testing.T) {
 		t.Errorf("closing a removed b's socket: %v", err)
 	}
 }
+
+// A socket directory too deep for sun_path still gets a proxy listening on
+// a unix socket, in a short directory removed at Close.
+func TestSocketDirTooDeep(t *testing.T) {
+	deep := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 60))
+	p := New(Policy{AllowHosts: []string{"a.invalid:1"}, SocketDir: deep}, nil, nil)
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatalf("Start with a socket dir of %d bytes: %v", len(deep), err)
+	}
+	sock := strings.TrimPrefix(p.UnixAddr(), "unix:")
+	if st, err := os.Stat(sock); err != nil || st.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("%s is not a socket: %v", sock, err)
+	}
+	p.Close()
+	if _, err := os.Stat(filepath.Dir(sock)); !os.IsNotExist(err) {
+		t.Errorf("the short socket directory is still there after Close: %v", err)
+	}
+}

@@ -127,6 +127,11 @@ func (p *Proxy) Start(ctx context.Context) error {
 	} else if err := os.MkdirAll(parent, 0o700); err != nil {
 		return fmt.Errorf("starting egress proxy: socket directory: %w", err)
 	}
+	if len(filepath.Join(parent, "egXXXXXXXXXX", "egress.sock")) >= maxSocketPath {
+		// A deep state dir would not fit sun_path: a short directory of
+		// this proxy's own instead, removed at Close all the same.
+		parent = os.TempDir()
+	}
 	if p.sockDir, err = os.MkdirTemp(parent, "eg"); err != nil {
 		return fmt.Errorf("starting egress proxy: socket directory: %w", err)
 	}
@@ -208,6 +213,9 @@ func (p *Proxy) Addr() string {
 	}
 	return p.tcpLn.Addr().String()
 }
+
+// maxSocketPath is sun_path's size less its terminating NUL.
+const maxSocketPath = 107
 
 // UnixAddr is the unix socket, as "unix:/path".
 func (p *Proxy) UnixAddr() string {
