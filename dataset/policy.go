@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"reflect"
 	"slices"
 	"strings"
@@ -86,6 +87,14 @@ func Looser(base, env *spec.Environment) []LooserField {
 				add("sandbox.allow_hosts", h, "["+strings.Join(bs.AllowHosts, ", ")+"]")
 			}
 		}
+	} else if es.Network == "allowlist" && bs.Network == "allow" {
+		// allow refuses this machine's own addresses; an allowlist naming
+		// one would reach what the spec's author kept out.
+		for _, h := range es.AllowHosts {
+			if ownMachine(h) {
+				add("sandbox.allow_hosts", h, "allow (which refuses this machine's own addresses)")
+			}
+		}
 	}
 	if ee.SetupNetwork == "allow" && be.SetupNetwork != "allow" {
 		add("setup_network", ee.SetupNetwork, be.SetupNetwork)
@@ -164,6 +173,37 @@ func subsequence(sub, full []string) bool {
 		i += j + 1
 	}
 	return true
+}
+
+// ownMachine reports whether an allow_hosts entry (host:port) names the
+// engine's own machine: localhost, a loopback, unspecified, link-local or
+// multicast address, or an address of one of its interfaces.
+func ownMachine(hostPort string) bool {
+	host, _, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		host = hostPort
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return false // a name: the allowlist proxy refuses names resolving to non-public addresses
+	}
+	if ip.IsLoopback() || ip.IsUnspecified() || ip.IsLinkLocalUnicast() || ip.IsMulticast() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return true // cannot tell: refuse
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 func sameHost(a, b string) bool {

@@ -26,6 +26,11 @@ func TestRecordCannotLoosenTheSpec(t *testing.T) {
 		return e
 	}
 	defaults := func() *spec.Environment { e := &spec.Environment{}; e.ApplyDefaults(); return e }
+	allowSpec := func() *spec.Environment {
+		e := &spec.Environment{Sandbox: &spec.SandboxPolicy{Network: "allow"}}
+		e.ApplyDefaults()
+		return e
+	}
 	for _, tc := range []struct {
 		name     string
 		base     *spec.Environment
@@ -39,6 +44,9 @@ func TestRecordCannotLoosenTheSpec(t *testing.T) {
 		{"a subset of allow_hosts", strict(), `{"sandbox": {"allow_hosts": ["PyPI.org.:443"]}}`, ""},
 		{"network allow", strict(), `{"sandbox": {"network": "allow", "allow_hosts": null}}`, "sandbox.network"},
 		{"network allowlist over deny", defaults(), `{"sandbox": {"network": "allowlist", "allow_hosts": ["a.b:443"]}}`, "sandbox.network"},
+		{"loopback over allow", allowSpec(), `{"sandbox": {"network": "allowlist", "allow_hosts": ["127.0.0.1:5432"]}}`, "sandbox.allow_hosts"},
+		{"localhost over allow", allowSpec(), `{"sandbox": {"network": "allowlist", "allow_hosts": ["localhost:8089"]}}`, "sandbox.allow_hosts"},
+		{"a public host over allow", allowSpec(), `{"sandbox": {"network": "allowlist", "allow_hosts": ["pypi.org:443"]}}`, ""},
 		{"another host", strict(), `{"sandbox": {"allow_hosts": ["pypi.org:443", "evil.example:443"]}}`, "sandbox.allow_hosts"},
 		{"setup_network", defaults(), `{"setup_network": "allow"}`, "setup_network"},
 		{"more memory", strict(), `{"sandbox": {"memory_mb": 2048}}`, "sandbox.memory_mb"},

@@ -612,55 +612,87 @@ func trialViews(t *testing.T, a *App, sum *engine.Summary) map[string]*trialView
 }
 
 // A record cannot loosen the spec author's policy: asking for the host rung
-// (and allow_unsafe_host, and network allow) over a spec that says bwrap is
-// refused, naming the record and the field, and nothing runs on the host.
+// (and allow_unsafe_host, and network allow) over a spec that says bwrap,
+// or an allowlist naming the worker's loopback over a spec whose network
+// allow refuses it, is refused, naming the record and the field, and the
+// record's command never runs.
 func TestEscapeRecordCannotLoosenPolicy(t *testing.T) {
 	requireAgentSandbox(t)
-	marker := filepath.Join(t.TempDir(), "ran-on-the-host")
-	s := map[string]any{
-		"name":    "loosen",
-		"retries": 0,
-		"dataset": map[string]any{"records": []map[string]any{{
-			"id": "greedy", "input": "run",
-			"metadata": map[string]any{"environment": map[string]any{"sandbox": map[string]any{
-				"ladder": []string{"host"}, "allow_unsafe_host": true, "network": "allow"}}},
-		}}},
-		"target": map[string]any{"connector": "scripted", "model": "scripted-agent", "script": map[string]any{"default": []map[string]any{
-			{"tool_calls": []map[string]any{{"name": "bash", "arguments": map[string]any{"command": "touch " + marker}}}},
-			{"content": "done"},
-		}}},
-		"harness":     map[string]any{"builtin": map[string]any{"max_steps": 4}},
-		"environment": map[string]any{"sandbox": map[string]any{"workdir": "/workspace", "network": "deny", "ladder": []string{"bwrap"}}},
-	}
-	b, _ := json.Marshal(s)
-	p := filepath.Join(t.TempDir(), "loosen.yaml")
-	if err := os.WriteFile(p, b, 0o644); err != nil {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
 		t.Fatal(err)
 	}
-	a := openApp(t)
-	sum, err := a.Run(context.Background(), loadSpec(t, p), RunOptions{})
-	msg := ""
-	if err != nil {
-		msg = err.Error()
-	} else {
-		trials, lerr := a.Store().ListTrials(context.Background(), sum.RunID)
-		if lerr != nil {
-			t.Fatal(lerr)
-		}
-		for _, tr := range trials {
-			if tr.Status != store.TrialErrored {
-				t.Errorf("trial %s %s; want the record refused", tr.RecordID, tr.Status)
+	defer ln.Close()
+	var conns atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
 			}
-			msg += tr.Error
+			conns.Add(1)
+			c.Close()
 		}
-	}
-	if _, err := os.Stat(marker); err == nil {
-		t.Fatalf("the record's command ran on the host")
-	}
-	for _, want := range []string{`"greedy"`, "ladder"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("the refusal %q does not name %s", msg, want)
-		}
+	}()
+	for _, tc := range []struct {
+		name, field string
+		network     string // the spec's
+		record      map[string]any
+	}{
+		{"host rung over bwrap", "ladder", "deny", map[string]any{"ladder": []string{"host"}, "allow_unsafe_host": true, "network": "allow"}},
+		{"loopback allowlist over allow", "allow_hosts", "allow", map[string]any{"network": "allowlist", "allow_hosts": []string{ln.Addr().String()}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			marker := filepath.Join(t.TempDir(), "ran")
+			s := map[string]any{
+				"name":    "loosen",
+				"retries": 0,
+				"dataset": map[string]any{"records": []map[string]any{{
+					"id": "greedy", "input": "run",
+					"metadata": map[string]any{"environment": map[string]any{"sandbox": tc.record}},
+				}}},
+				"target": map[string]any{"connector": "scripted", "model": "scripted-agent", "script": map[string]any{"default": []map[string]any{
+					{"tool_calls": []map[string]any{{"name": "bash", "arguments": map[string]any{"command": "touch " + marker + "; " + fetch("http://"+ln.Addr().String()+"/")}}}},
+					{"content": "done"},
+				}}},
+				"harness":     map[string]any{"builtin": map[string]any{"max_steps": 4}},
+				"environment": map[string]any{"sandbox": map[string]any{"workdir": "/workspace", "network": tc.network, "ladder": []string{"bwrap"}}},
+			}
+			b, _ := json.Marshal(s)
+			p := filepath.Join(t.TempDir(), "loosen.yaml")
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			a := openApp(t)
+			before := conns.Load()
+			sum, err := a.Run(context.Background(), loadSpec(t, p), RunOptions{})
+			msg := ""
+			if err != nil {
+				msg = err.Error()
+			} else {
+				trials, lerr := a.Store().ListTrials(context.Background(), sum.RunID)
+				if lerr != nil {
+					t.Fatal(lerr)
+				}
+				for _, tr := range trials {
+					if tr.Status != store.TrialErrored {
+						t.Errorf("trial %s %s; want the record refused", tr.RecordID, tr.Status)
+					}
+					msg += tr.Error
+				}
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Errorf("the record's command ran on the host")
+			}
+			if n := conns.Load() - before; n > 0 {
+				t.Errorf("the record reached the worker's loopback (%d connections)", n)
+			}
+			for _, want := range []string{`"greedy"`, tc.field} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("the refusal %q does not name %s", msg, want)
+				}
+			}
+		})
 	}
 }
 
