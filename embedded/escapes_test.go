@@ -166,7 +166,10 @@ func escapeCases(t *testing.T, fx *fixtures) []escapeCase {
 		}
 		return true, fmt.Sprintf("%.200s", strings.TrimSpace(out))
 	}
-	allowed1, allowed2 := fx.listener(t, "allowed-1"), fx.listener(t, "allowed-2")
+	// Allowlisted hosts are test hosts off this machine's own addresses:
+	// the spec's network: allow refuses those, so a record could not list
+	// them (TestEscapeRecordCannotLoosenPolicy).
+	allowed1, allowed2 := fx.host(t, "allowed-1"), fx.host(t, "allowed-2")
 	return []escapeCase{
 		{id: "uid-map", attack: "root inside is root outside: /proc/self/uid_map and the isolation report",
 			calls: []toolCall{bash("cat /proc/self/uid_map; id -u")},
@@ -203,25 +206,25 @@ func escapeCases(t *testing.T, fx *fixtures) []escapeCase {
 			calls: []toolCall{bash(`env; for p in /proc/[0-9]*/environ; do tr '\0' '\n' < $p; done 2>/dev/null; echo checked`)},
 			check: func(v *trialView) (bool, string) { return notIn(v.output(), fx.secret) }},
 		{id: "policy-open", attack: "(control) an allowlisted host is reachable through the proxy",
-			env:   map[string]any{"sandbox": map[string]any{"network": "allowlist", "allow_hosts": []string{allowed1.addr}}},
-			calls: []toolCall{bash(fetch("http://" + allowed1.addr + "/"))},
+			env:   map[string]any{"sandbox": map[string]any{"network": "allowlist", "allow_hosts": []string{allowed1.Addr}}},
+			calls: []toolCall{bash(fetch("http://" + allowed1.Addr + "/"))},
 			check: func(v *trialView) (bool, string) {
-				return strings.Contains(v.output(), allowed1.body), fmt.Sprintf("%.200s", v.output())
+				return strings.Contains(v.output(), allowed1.Body), fmt.Sprintf("%.200s", v.output())
 			}},
 		{id: "policy-closed", attack: "a record sharing setup with policy-open gets its own deny + memory_mb 256: reach policy-open's host, allocate 600 MB",
 			env: map[string]any{"sandbox": map[string]any{"network": "deny", "memory_mb": 256}},
-			calls: []toolCall{bash(fetch("http://"+allowed1.addr+"/") + "; " + connect(allowed1.addr) +
+			calls: []toolCall{bash(fetch("http://"+allowed1.Addr+"/") + "; " + connect(allowed1.Addr) +
 				`; python3 -c "b = bytearray(600 << 20); b[::4096] = b'x' * len(b[::4096]); print('ALLOCATED')"`)},
 			check: func(v *trialView) (bool, string) {
-				return notIn(v.output(), allowed1.body, "CONNECTED", "ALLOCATED")
+				return notIn(v.output(), allowed1.Body, "CONNECTED", "ALLOCATED")
 			}},
 		{id: "proxy-1", attack: "two concurrent allowlist trials: reach the other trial's host",
-			env:   map[string]any{"sandbox": map[string]any{"network": "allowlist", "allow_hosts": []string{allowed1.addr}}},
-			calls: []toolCall{bash(fetch("http://"+allowed2.addr+"/") + "; " + fetch("http://"+allowed1.addr+"/"))},
+			env:   map[string]any{"sandbox": map[string]any{"network": "allowlist", "allow_hosts": []string{allowed1.Addr}}},
+			calls: []toolCall{bash(fetch("http://"+allowed2.Addr+"/") + "; " + fetch("http://"+allowed1.Addr+"/"))},
 			check: func(v *trialView) (bool, string) { return ownProxy(v, allowed1, allowed2) }},
 		{id: "proxy-2", attack: "two concurrent allowlist trials: reach the other trial's host",
-			env:   map[string]any{"sandbox": map[string]any{"network": "allowlist", "allow_hosts": []string{allowed2.addr}}},
-			calls: []toolCall{bash(fetch("http://"+allowed1.addr+"/") + "; " + fetch("http://"+allowed2.addr+"/"))},
+			env:   map[string]any{"sandbox": map[string]any{"network": "allowlist", "allow_hosts": []string{allowed2.Addr}}},
+			calls: []toolCall{bash(fetch("http://"+allowed1.Addr+"/") + "; " + fetch("http://"+allowed2.Addr+"/"))},
 			check: func(v *trialView) (bool, string) { return ownProxy(v, allowed2, allowed1) }},
 		{id: "allow-loopback", attack: "network allow: reach a service on the host's 127.0.0.1, directly and through the proxy",
 			calls: []toolCall{bash(connect(fx.listener(t, "allow-loopback").addr) + "; " + fetch("http://"+fx.listener(t, "allow-loopback").addr+"/"))},
@@ -351,23 +354,23 @@ except OSError as e:
 
 // ownProxy: the trial reached its own allowed host, not the other trial's,
 // and the refusal of the other's host is in its own trajectory.
-func ownProxy(v *trialView, mine, other *countingListener) (bool, string) {
+func ownProxy(v *trialView, mine, other *nethost.Host) (bool, string) {
 	out := v.output()
-	if strings.Contains(out, other.body) {
+	if strings.Contains(out, other.Body) {
 		return false, "reached the other trial's host: " + fmt.Sprintf("%.200s", out)
 	}
-	if !strings.Contains(out, mine.body) {
+	if !strings.Contains(out, mine.Body) {
 		return false, "its own allowed host was refused: " + fmt.Sprintf("%.200s", out)
 	}
 	refusedOther, refusedMine := false, false
 	for _, p := range v.policies {
 		if p.Kind == "network" {
-			refusedOther = refusedOther || p.Host == other.addr
-			refusedMine = refusedMine || p.Host == mine.addr
+			refusedOther = refusedOther || p.Host == other.Addr
+			refusedMine = refusedMine || p.Host == mine.Addr
 		}
 	}
 	if !refusedOther || refusedMine {
-		return false, fmt.Sprintf("policy events of this trial: %+v; want a refusal of %s only", v.policies, other.addr)
+		return false, fmt.Sprintf("policy events of this trial: %+v; want a refusal of %s only", v.policies, other.Addr)
 	}
 	return true, "own host only; the refusal is in this trial's trajectory"
 }
