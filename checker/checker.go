@@ -144,7 +144,7 @@ func Run(ctx context.Context, sb Sandbox, cfg spec.Checker, workdir string, reg 
 		return Verdict{}, infraf(CauseStart, "the checker command %q could not be started (exit 127: not found or not executable): is its interpreter installed in the image? output: %s", cfg.Command, snippet(out))
 	}
 
-	v, err := parse(ctx, res, sb, workdir)
+	v, err := parse(ctx, res, sb, workdir, cfg.ParserArgs)
 	if err != nil {
 		var ie *InfraError
 		if errors.As(err, &ie) {

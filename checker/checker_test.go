@@ -152,7 +152,7 @@ func TestRegistry(t *testing.T) {
 	sb := newSandbox(t)
 	reg := NewRegistry()
 	var gotStdout string
-	reg.Register("evalsi_test:parse", func(ctx context.Context, res sandbox.ExecResult, sb Sandbox, workdir string) (Verdict, error) {
+	reg.Register("evalsi_test:parse", func(ctx context.Context, res sandbox.ExecResult, sb Sandbox, workdir string, _ spec.JSON) (Verdict, error) {
 		gotStdout = string(res.Stdout)
 		// A registered parser may read more from the sandbox.
 		data, err := sb.ReadFile(ctx, workdir+"/report.txt")
@@ -161,7 +161,7 @@ func TestRegistry(t *testing.T) {
 		}
 		return Verdict{Pass: string(data) == "FAIL_TO_PASS ok\n", Score: 1, Details: "custom"}, nil
 	})
-	reg.Register("evalsi_test:broken", func(context.Context, sandbox.ExecResult, Sandbox, string) (Verdict, error) {
+	reg.Register("evalsi_test:broken", func(context.Context, sandbox.ExecResult, Sandbox, string, spec.JSON) (Verdict, error) {
 		return Verdict{}, errors.New("log format not recognised")
 	})
 
@@ -203,7 +203,7 @@ func TestRegistry(t *testing.T) {
 					t.Errorf("Register(%q) did not panic", bad)
 				}
 			}()
-			reg.Register(bad, func(context.Context, sandbox.ExecResult, Sandbox, string) (Verdict, error) { return Verdict{}, nil })
+			reg.Register(bad, func(context.Context, sandbox.ExecResult, Sandbox, string, spec.JSON) (Verdict, error) { return Verdict{}, nil })
 		}()
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"evals.si/sandbox"
+	"evals.si/spec"
 )
 
 // Built-in parser names. junit takes the report's path after the colon:
@@ -27,7 +28,7 @@ const (
 // more from the sandbox (a report file). ExitCode and Output of the returned
 // verdict are filled in by Run. An error means no verdict could be read; Run
 // reports it as an *InfraError.
-type Parser func(ctx context.Context, res sandbox.ExecResult, sb Sandbox, workdir string) (Verdict, error)
+type Parser func(ctx context.Context, res sandbox.ExecResult, sb Sandbox, workdir string, args spec.JSON) (Verdict, error)
 
 // Registry resolves checker.parser names: the built-in exit-code, json and
 // junit:<path>, plus parsers registered as module:function (benchmark
@@ -101,7 +102,7 @@ func (r *Registry) Lookup(name string) (Parser, error) {
 }
 
 // parseExitCode passes on exit code 0 (score 1), fails otherwise (score 0).
-func parseExitCode(_ context.Context, res sandbox.ExecResult, _ Sandbox, _ string) (Verdict, error) {
+func parseExitCode(_ context.Context, res sandbox.ExecResult, _ Sandbox, _ string, _ spec.JSON) (Verdict, error) {
 	if res.ExitCode == 0 {
 		return Verdict{Pass: true, Score: 1, Details: "exit code 0"}, nil
 	}
@@ -125,7 +126,7 @@ func parseExitCode(_ context.Context, res sandbox.ExecResult, _ Sandbox, _ strin
 // not change the verdict (it is still recorded). No JSON object, a wrongly
 // typed field or a score outside [0, 1] is an error: the checker's output
 // cannot be read, so the trial errors rather than scoring 0.
-func parseJSON(_ context.Context, res sandbox.ExecResult, _ Sandbox, _ string) (Verdict, error) {
+func parseJSON(_ context.Context, res sandbox.ExecResult, _ Sandbox, _ string, _ spec.JSON) (Verdict, error) {
 	obj := findJSONObject(res.Stdout)
 	if obj == nil {
 		return Verdict{}, infraf(CauseParser, "json parser: no JSON object on the checker's stdout (print {\"pass\": bool, \"score\": 0..1, \"details\": ...} as the last line); stdout: %s", snippet(string(res.Stdout)))
@@ -219,7 +220,7 @@ type junitNote struct {
 // Score: passed / (passed + failed); 0 when no case ran. A missing or
 // unreadable report is an error.
 func junitParser(reportPath string) Parser {
-	return func(ctx context.Context, _ sandbox.ExecResult, sb Sandbox, workdir string) (Verdict, error) {
+	return func(ctx context.Context, _ sandbox.ExecResult, sb Sandbox, workdir string, _ spec.JSON) (Verdict, error) {
 		p := resolve(workdir, reportPath)
 		data, err := sb.ReadFile(ctx, p)
 		if err != nil {

@@ -42,7 +42,7 @@ func TestEnvironment(t *testing.T) {
 			}
 		}},
 		{"lists and scalars replace", `{"setup": ["pip install -e ."], "image": "python:3.12", "sandbox": {"ladder": ["bwrap"]}}`, func(t *testing.T, e *spec.Environment) {
-			if !reflect.DeepEqual(e.Setup, []string{"pip install -e ."}) || e.Image != "python:3.12" || !reflect.DeepEqual(e.Sandbox.Ladder, []string{"bwrap"}) {
+			if !reflect.DeepEqual(e.Setup, spec.Steps("pip install -e .")) || e.Image != "python:3.12" || !reflect.DeepEqual(e.Sandbox.Ladder, []string{"bwrap"}) {
 				t.Errorf("env = %+v sandbox %+v", e, e.Sandbox)
 			}
 		}},
@@ -91,7 +91,7 @@ func TestEnvironmentFromJSONL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.SetupNetwork != "allow" || e.Sandbox.Network != "allowlist" || e.Sandbox.AllowHosts[0] != "pypi.org:443" || e.Setup[0] != "pip install requests" || e.Sandbox.MemoryMB != 2048 {
+	if e.SetupNetwork != "allow" || e.Sandbox.Network != "allowlist" || e.Sandbox.AllowHosts[0] != "pypi.org:443" || e.Setup[0].Run != "pip install requests" || e.Sandbox.MemoryMB != 2048 {
 		t.Errorf("env = %+v sandbox %+v", e, e.Sandbox)
 	}
 }

@@ -48,6 +48,8 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/linter"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
+
+	"evals.si/spec"
 )
 
 // DefaultPath is the PATH Docker gives a container whose image sets none;
@@ -74,7 +76,7 @@ type Translation struct {
 	// permission bits (empty when none is needed); it is also Setup[0].
 	FileSetup string
 	// Setup are shell commands, run in order with /bin/sh -c.
-	Setup []string
+	Setup []spec.SetupStep
 }
 
 // RefusalError says why a Dockerfile cannot be translated.
@@ -493,10 +495,10 @@ func (t *translator) finish() (*Translation, error) {
 	out.Files = files
 	out.FileSetup = fix
 	if fix != "" {
-		out.Setup = append(out.Setup, fix)
+		out.Setup = append(out.Setup, spec.SetupStep{Run: fix})
 	}
 	for _, s := range t.steps {
-		out.Setup = append(out.Setup, s.render(final))
+		out.Setup = append(out.Setup, spec.SetupStep{Run: s.render(final)})
 	}
 	return out, nil
 }

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"evals.si/spec"
 )
 
 func writeContext(t *testing.T, files map[string]string) string {
@@ -87,8 +89,8 @@ CMD ["sleep", "infinity"]
 		"mkdir -p /app/src",
 		`export TAG=24.04; export VERSION=1.2; export APP_HOME=/app; export PATH=/opt/bin:` + DefaultPath + `; export LATE=1; cd /app/src && exec python3 -c 'print(1)'`,
 	}
-	if !reflect.DeepEqual(tr.Setup, want) {
-		t.Errorf("setup:\n%s\nwant:\n%s", strings.Join(tr.Setup, "\n"), strings.Join(want, "\n"))
+	if !reflect.DeepEqual(runs(tr.Setup), want) {
+		t.Errorf("setup:\n%s\nwant:\n%s", strings.Join(runs(tr.Setup), "\n"), strings.Join(want, "\n"))
 	}
 }
 
@@ -156,4 +158,12 @@ func TestQuote(t *testing.T) {
 			t.Errorf("Quote(%q) = %s, want %s", in, got, want)
 		}
 	}
+}
+
+func runs(steps []spec.SetupStep) []string {
+	out := make([]string, len(steps))
+	for i, s := range steps {
+		out[i] = s.Run
+	}
+	return out
 }

@@ -24,7 +24,7 @@ func TestSetupOutputLimit(t *testing.T) {
 			m := newManager(t)
 			defer m.Close()
 			env := &spec.Environment{
-				Setup:   []string{`head -c 100000 /dev/zero | tr '\0' x; echo; echo "end of output: $((6*7))"; exit 1`},
+				Setup:   spec.Steps(`head -c 100000 /dev/zero | tr '\0' x; echo; echo "end of output: $((6*7))"; exit 1`),
 				Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}, Workdir: "/work"},
 			}
 			_, err := m.Prepare(context.Background(), env, SetupOptions{OutputLimit: tc.limit})

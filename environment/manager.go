@@ -212,7 +212,7 @@ func Identity(env *spec.Environment) string {
 	type key struct {
 		Image        string
 		Files        map[string]string
-		Setup        []string
+		Setup        []spec.SetupStep
 		SetupNetwork string
 		Env          map[string]string
 		Workdir      string
@@ -592,9 +592,10 @@ func applySetup(ctx context.Context, sb sandbox.Sandbox, env *spec.Environment, 
 			return fmt.Errorf("writing file %s: %w", name, err)
 		}
 	}
-	for i, cmd := range env.Setup {
+	for i, step := range env.Setup {
+		cmd := step.Run
 		start := time.Now()
-		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", cmd}, Timeout: setupTimeout(env), OutputLimit: opts.OutputLimit})
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", cmd}, User: step.User, Timeout: setupTimeout(env), OutputLimit: opts.OutputLimit})
 		if err != nil {
 			return fmt.Errorf("setup step %d (%q): %w", i+1, cmd, err)
 		}

@@ -48,7 +48,7 @@ func TestSetupOncePerEnvironmentAndIsolatedTrials(t *testing.T) {
 	ctx := context.Background()
 	env := &spec.Environment{
 		Files:   map[string]string{"a.txt": "from files\n"},
-		Setup:   []string{"echo setup-ran >> setup.log", "cat a.txt >> setup.log"},
+		Setup:   spec.Steps("echo setup-ran >> setup.log", "cat a.txt >> setup.log"),
 		Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}, Workdir: "/work"},
 	}
 	p1, err := m.Prepare(ctx, env, SetupOptions{})
@@ -84,7 +84,7 @@ func TestSetupOncePerEnvironmentAndIsolatedTrials(t *testing.T) {
 	}
 	// A different environment gets its own setup.
 	env2 := *env
-	env2.Setup = []string{"echo other > setup.log"}
+	env2.Setup = spec.Steps("echo other > setup.log")
 	p3, err := m.Prepare(ctx, &env2, SetupOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func TestSetupOncePerEnvironmentAndIsolatedTrials(t *testing.T) {
 func TestSetupFailureIsAnInfraError(t *testing.T) {
 	m := newManager(t)
 	_, err := m.Prepare(context.Background(), &spec.Environment{
-		Setup:   []string{"echo about to fail; exit 3"},
+		Setup:   spec.Steps("echo about to fail; exit 3"),
 		Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}},
 	}, SetupOptions{})
 	var ie *InfraError

@@ -45,7 +45,7 @@ func sharedEnv(ref string, with func(*spec.SandboxPolicy)) *spec.Environment {
 	env := &spec.Environment{
 		Image:   ref,
 		Files:   map[string]string{"a.txt": "shared\n"},
-		Setup:   []string{"echo setup >> setup.log"},
+		Setup:   spec.Steps("echo setup >> setup.log"),
 		Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}, Workdir: "/work"},
 	}
 	if with != nil {
@@ -191,7 +191,7 @@ func TestNewSandboxRefusesAnotherEnvironment(t *testing.T) {
 	for _, other := range []*spec.Environment{
 		{Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}, MinIsolation: "vm"}},
 		{Sandbox: &spec.SandboxPolicy{Ladder: []string{"landlock"}}},
-		{Setup: []string{"true"}, Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}}},
+		{Setup: spec.Steps("true"), Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}}},
 	} {
 		sb, err := p.NewSandbox(ctx, other, TrialPolicy(other), SetupOptions{})
 		if err == nil {
@@ -219,7 +219,7 @@ except Exception as e: open('%s', 'w').write('FAILED %%s' %% e)"`, out, addr, ou
 	}
 	env := sharedEnv(ref, nil)
 	env.SetupNetwork = "allow"
-	env.Setup = []string{get(h.Addr, "remote.txt"), get(ln.Addr().String(), "local.txt")}
+	env.Setup = spec.Steps(get(h.Addr, "remote.txt"), get(ln.Addr().String(), "local.txt"))
 	ctx := context.Background()
 	p, err := m.Prepare(ctx, env, SetupOptions{})
 	if err != nil {

@@ -24,6 +24,15 @@ type Sandbox interface {
 	// WriteFile writes a file, creating parent directories; relative paths
 	// are relative to the workdir.
 	WriteFile(ctx context.Context, path string, data []byte, mode fs.FileMode) error
+	// StartService starts req as the sandbox's long-running process (a
+	// task image's ENTRYPOINT/CMD), as a container's main process runs:
+	// unlike Exec's commands, neither it nor what it starts is killed when
+	// an Exec returns; it runs until it exits or the sandbox closes.
+	// req.Timeout, req.Stdin and req.OutputLimit do not apply (the service
+	// keeps the last DefaultOutputLimit bytes of its output). A rung that
+	// cannot keep a process alive between commands returns an error
+	// wrapping errors.ErrUnsupported.
+	StartService(ctx context.Context, req ExecRequest) (Service, error)
 	// Report describes the isolation that applies.
 	Report() Report
 	// Close kills everything left and removes the sandbox. It is idempotent.
@@ -53,11 +62,27 @@ type ExecRequest struct {
 	Env map[string]string `json:"env,omitempty"`
 	// Workdir defaults to the sandbox's workdir.
 	Workdir string `json:"workdir,omitempty"`
-	Stdin   []byte `json:"stdin,omitempty"`
+	// User runs the command as this user of the sandbox: "name", "uid",
+	// "name:group" or "uid:gid", resolved in the sandbox's own /etc/passwd
+	// and /etc/group as docker exec -u resolves it (the primary group from
+	// passwd, supplementary groups from /etc/group, HOME from passwd when
+	// Env sets none). Empty is the sandbox's user (Config.User, else
+	// root). A user the sandbox cannot run as is an error, never a command
+	// run as someone else.
+	User  string `json:"user,omitempty"`
+	Stdin []byte `json:"stdin,omitempty"`
 	// Timeout bounds the command (0: the sandbox's default command timeout).
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// OutputLimit caps stdout and stderr each (0: DefaultOutputLimit).
 	OutputLimit int `json:"output_limit,omitempty"`
+}
+
+// Service is a process StartService started.
+type Service interface {
+	// Exited reports whether the process has ended, and its exit code.
+	Exited() (code int, exited bool)
+	// Output is the tail of its stdout and stderr so far, interleaved.
+	Output() []byte
 }
 
 // DefaultOutputLimit caps each of stdout and stderr of one command whose

@@ -353,6 +353,7 @@ var (
 	durationType  = reflect.TypeFor[Duration]()
 	inputType     = reflect.TypeFor[Input]()
 	evaluatorType = reflect.TypeFor[Evaluator]()
+	setupStepType = reflect.TypeFor[SetupStep]()
 )
 
 func (d *decoder) errorAt(n ast.Node, field, hint, format string, args ...any) {
@@ -627,6 +628,11 @@ func (d *decoder) decode(n ast.Node, t reflect.Type, path string, depth int) any
 			return nil
 		}
 		return d.decode(orig, reflect.TypeFor[string](), path, depth)
+	case setupStepType:
+		// A plain command string is a step run as root.
+		if _, ok := n.(*ast.StringNode); ok {
+			return d.decode(orig, reflect.TypeFor[string](), path, depth)
+		}
 	case evaluatorType:
 		// Shorthand: "- task-success" is {name: task-success}.
 		if s, ok := n.(*ast.StringNode); ok {

@@ -177,6 +177,11 @@ func (g *schemaGen) typeSchema(t reflect.Type) map[string]any {
 		return map[string]any{}
 	case durationType:
 		return map[string]any{"type": "string", "pattern": durationPattern}
+	case setupStepType:
+		return map[string]any{"oneOf": []any{
+			map[string]any{"type": "string"},
+			g.ref(t),
+		}}
 	case inputType:
 		return map[string]any{"oneOf": []any{
 			map[string]any{"type": "string"},

@@ -310,8 +310,11 @@ type Environment struct {
 	Image string `json:"image,omitempty"`
 	// Files: relative paths go to the workdir, absolute ones into the root.
 	Files map[string]string `json:"files,omitempty"`
-	// Setup runs once per distinct environment, then is snapshotted.
-	Setup []string `json:"setup,omitempty"`
+	// Setup runs once per distinct environment, then is snapshotted. Each
+	// step is a shell command (run with /bin/sh -c as root) or {run, user}
+	// to run it as another user of the image, as a Dockerfile's RUN after
+	// USER does.
+	Setup []SetupStep `json:"setup,omitempty"`
 	// SetupNetwork is the network during setup: deny (default) | allow.
 	SetupNetwork string            `json:"setup_network,omitempty"`
 	Env          map[string]string `json:"env,omitempty"`
@@ -320,10 +323,59 @@ type Environment struct {
 	// reference or a prefix of one (docker.io/library/ubuntu:24.04,
 	// docker.io/library/); the longest matching key wins and its value
 	// replaces the matched part (another registry, or oci-layout:PATH).
-	ImageMirrors   map[string]string `json:"image_mirrors,omitempty"`
-	Sandbox        *SandboxPolicy    `json:"sandbox,omitempty"`
-	Checker        *Checker          `json:"checker,omitempty"`
-	CommandTimeout Duration          `json:"command_timeout,omitempty"`
+	ImageMirrors map[string]string `json:"image_mirrors,omitempty"`
+	// User is the user the agent's commands (and, unless they name their
+	// own, the service's and the checker's) run as: a name or uid of the
+	// image, with an optional :group or :gid, resolved in the sandbox's
+	// /etc/passwd and /etc/group as docker exec -u does. Empty is root.
+	User string `json:"user,omitempty"`
+	// Service is the image's main process (a Dockerfile's ENTRYPOINT/CMD),
+	// started in each trial's sandbox before the agent and kept running
+	// until the sandbox closes.
+	Service *Service `json:"service,omitempty"`
+	// Healthcheck is waited on, after the service starts and before the
+	// agent, as Docker's HEALTHCHECK is; failing it is an infrastructure
+	// error with the check's output.
+	Healthcheck    *Healthcheck   `json:"healthcheck,omitempty"`
+	Sandbox        *SandboxPolicy `json:"sandbox,omitempty"`
+	Checker        *Checker       `json:"checker,omitempty"`
+	CommandTimeout Duration       `json:"command_timeout,omitempty"`
+}
+
+// SetupStep is one setup command; in a spec it is a string, or {run, user}
+// to run it as a user other than root.
+type SetupStep struct {
+	Run string `json:"run"`
+	// User is a name or uid of the image (optionally :group or :gid).
+	User string `json:"user,omitempty"`
+}
+
+// Service is a long-running process of the task's image.
+type Service struct {
+	// Command is the process's argv (ENTRYPOINT followed by CMD or the
+	// task's compose command, as Docker combines them).
+	Command []string `json:"command"`
+	// User runs it (default: environment.user).
+	User string `json:"user,omitempty"`
+	// Workdir is where it starts (default: the sandbox's workdir).
+	Workdir string `json:"workdir,omitempty"`
+}
+
+// Healthcheck is a readiness check with Docker's HEALTHCHECK semantics:
+// the command runs every interval (start_interval during start_period,
+// when failures do not count) with timeout per attempt; retries
+// consecutive failures fail it. Defaults are Docker's: 30s interval, 30s
+// timeout, 0s start period, 5s start interval, 3 retries.
+type Healthcheck struct {
+	// Command is the check's argv; a shell string goes as [/bin/sh, -c, CMD].
+	Command       []string `json:"command"`
+	Interval      Duration `json:"interval,omitempty"`
+	Timeout       Duration `json:"timeout,omitempty"`
+	StartPeriod   Duration `json:"start_period,omitempty"`
+	StartInterval Duration `json:"start_interval,omitempty"`
+	Retries       int      `json:"retries,omitempty"`
+	// User runs it (default: environment.user).
+	User string `json:"user,omitempty"`
 }
 
 // SandboxPolicy is the sandbox's policy and limits.
@@ -375,6 +427,23 @@ type Checker struct {
 	// Parser is exit-code (default) | json | junit:<path> | module:function.
 	Parser  string   `json:"parser,omitempty"`
 	Timeout Duration `json:"timeout,omitempty"`
+	// ParserArgs is handed to a module:function parser as it is: what a
+	// grade depends on (SWE-bench's test lists) comes from the record this
+	// way, never back through the sandbox.
+	ParserArgs JSON `json:"parser_args,omitempty"`
+	// User runs the command (default: environment.user).
+	User string `json:"user,omitempty"`
+	// Network is the checker's own network: deny | allowlist (with
+	// allow_hosts) | allow; empty keeps the agent's.
+	Network    string   `json:"network,omitempty"`
+	AllowHosts []string `json:"allow_hosts,omitempty"`
+	// Fresh runs the checker in a new sandbox of the environment, restored
+	// from its setup, instead of the agent's: only the agent's diff,
+	// written to patch_file, carries over (SWE-bench grades this way).
+	Fresh bool `json:"fresh,omitempty"`
+	// PatchFile is where the agent's diff is written before the checker
+	// runs (absolute, or relative to the workdir); required with fresh.
+	PatchFile string `json:"patch_file,omitempty"`
 }
 
 // Evaluator names an evaluator and carries its options. Options that do not

@@ -149,3 +149,43 @@ func (s *Spec) DeepCopy() *Spec {
 	}
 	return out
 }
+
+// MarshalJSON writes a step without a user as its command string, so specs
+// and snapshot identities from before users existed stay the same.
+func (s SetupStep) MarshalJSON() ([]byte, error) {
+	if s.User == "" {
+		return json.Marshal(s.Run)
+	}
+	type plain SetupStep
+	return json.Marshal(plain(s))
+}
+
+// UnmarshalJSON accepts a command string or {run, user}.
+func (s *SetupStep) UnmarshalJSON(b []byte) error {
+	*s = SetupStep{}
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '{' {
+		type plain SetupStep
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		var p plain
+		if err := dec.Decode(&p); err != nil {
+			return fmt.Errorf("setup step: %w", err)
+		}
+		*s = SetupStep(p)
+		return nil
+	}
+	if err := json.Unmarshal(b, &s.Run); err != nil {
+		return fmt.Errorf("a setup step must be a command string or {run, user}")
+	}
+	return nil
+}
+
+// Steps turns commands into setup steps run as root.
+func Steps(cmds ...string) []SetupStep {
+	out := make([]SetupStep, len(cmds))
+	for i, c := range cmds {
+		out[i] = SetupStep{Run: c}
+	}
+	return out
+}

@@ -187,7 +187,7 @@ func (a *Agent) ShapeEnvironment(env *spec.Environment) *spec.Environment {
 		*out = *env
 	}
 	if len(a.cfg.Install) > 0 {
-		out.Setup = append(slices.Clone(out.Setup), a.cfg.Install...)
+		out.Setup = append(slices.Clone(out.Setup), spec.Steps(a.cfg.Install...)...)
 	}
 	if len(a.cfg.AllowHosts) > 0 {
 		sb := &spec.SandboxPolicy{}

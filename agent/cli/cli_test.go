@@ -249,9 +249,9 @@ func TestUserTurns(t *testing.T) {
 
 func TestShapeEnvironment(t *testing.T) {
 	a := newAgent(t, spec.CLIAgent{Command: "x", Install: []string{"pip install agent"}, AllowHosts: []string{"api.example.com:443", "pypi.org:443"}})
-	base := &spec.Environment{Setup: []string{"git init"}, Sandbox: &spec.SandboxPolicy{Network: "deny", AllowHosts: []string{"pypi.org:443"}, Workdir: "/w"}}
+	base := &spec.Environment{Setup: spec.Steps("git init"), Sandbox: &spec.SandboxPolicy{Network: "deny", AllowHosts: []string{"pypi.org:443"}, Workdir: "/w"}}
 	got := a.ShapeEnvironment(base)
-	if !slices.Equal(got.Setup, []string{"git init", "pip install agent"}) {
+	if !slices.Equal(got.Setup, spec.Steps("git init", "pip install agent")) {
 		t.Errorf("setup %v", got.Setup)
 	}
 	if got.Sandbox.Network != "allowlist" || !slices.Equal(got.Sandbox.AllowHosts, []string{"pypi.org:443", "api.example.com:443"}) || got.Sandbox.Workdir != "/w" {

@@ -233,7 +233,7 @@ func importTask(dir, name string, q importer.Query) (spec.Record, error) {
 	}
 	importer.SetNetwork(env, mode, hosts, q)
 	// Harbor mounts these for the agent and the verifier.
-	env.Setup = append(env.Setup, "mkdir -p /logs/agent /logs/verifier /logs/artifacts /tests")
+	env.Setup = append(env.Setup, spec.SetupStep{Run: "mkdir -p /logs/agent /logs/verifier /logs/artifacts /tests"})
 
 	tf, err := importer.ReadTree(filepath.Join(dir, "tests"))
 	if err != nil {

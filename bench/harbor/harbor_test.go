@@ -47,7 +47,7 @@ func TestImportSamples(t *testing.T) {
 	if wd.Sandbox.Workdir != "/custom-workdir" {
 		t.Errorf("hello-workdir workdir %q", wd.Sandbox.Workdir)
 	}
-	if !strings.Contains(strings.Join(wd.Setup, "\n"), "mkdir -p /custom-workdir") {
+	if !strings.Contains(strings.Join(runs(wd.Setup), "\n"), "mkdir -p /custom-workdir") {
 		t.Errorf("hello-workdir setup %q", wd.Setup)
 	}
 }
@@ -97,4 +97,12 @@ func TestParseRewards(t *testing.T) {
 
 func specFile(dir, uri string) *spec.File {
 	return &spec.File{Spec: &spec.Spec{Dataset: spec.Dataset{URI: uri}}, Path: dir + "/spec.yaml", Dir: dir}
+}
+
+func runs(steps []spec.SetupStep) []string {
+	out := make([]string, len(steps))
+	for i, s := range steps {
+		out[i] = s.Run
+	}
+	return out
 }

@@ -14,6 +14,7 @@ import (
 
 	"evals.si/checker"
 	"evals.si/sandbox"
+	"evals.si/spec"
 )
 
 // ParserReward is the registered name of Harbor's reward grader.
@@ -81,7 +82,7 @@ func Score(rewards map[string]float64) float64 {
 	return sum / float64(len(rewards))
 }
 
-func rewardVerdict(ctx context.Context, _ sandbox.ExecResult, sb checker.Sandbox, _ string) (checker.Verdict, error) {
+func rewardVerdict(ctx context.Context, _ sandbox.ExecResult, sb checker.Sandbox, _ string, _ spec.JSON) (checker.Verdict, error) {
 	read := func(p string) ([]byte, bool, error) {
 		b, err := sb.ReadFile(ctx, p)
 		if err == nil {

@@ -236,7 +236,7 @@ func Environment(dfPath, contextDir string, q Query) (*spec.Environment, error) 
 		env.Image = q.Image
 		env.Setup = nil
 		if tr.FileSetup != "" {
-			env.Setup = []string{tr.FileSetup}
+			env.Setup = spec.Steps(tr.FileSetup)
 		}
 	}
 	if tr.Workdir != "" {

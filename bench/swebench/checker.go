@@ -9,6 +9,7 @@ import (
 
 	"evals.si/checker"
 	"evals.si/sandbox"
+	"evals.si/spec"
 )
 
 // ParserGrade is the registered name of the SWE-bench grader.
@@ -22,7 +23,7 @@ func RegisterParsers(reg *checker.Registry) {
 // gradeVerdict reads the grading line the checker script printed first,
 // then grades the rest of the output with the eval script's output (the
 // harness's test_output.txt), read back from TestOutputPath.
-func gradeVerdict(ctx context.Context, res sandbox.ExecResult, sb checker.Sandbox, _ string) (checker.Verdict, error) {
+func gradeVerdict(ctx context.Context, res sandbox.ExecResult, sb checker.Sandbox, _ string, _ spec.JSON) (checker.Verdict, error) {
 	out := res.Stdout
 	first, rest, _ := bytes.Cut(out, []byte("\n"))
 	line, ok := bytes.CutPrefix(first, []byte(gradeMarker))

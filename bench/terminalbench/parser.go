@@ -12,6 +12,7 @@ import (
 
 	"evals.si/checker"
 	"evals.si/sandbox"
+	"evals.si/spec"
 )
 
 // Parser names registered by RegisterParsers.
@@ -152,11 +153,11 @@ func Pane(out string) string {
 	return b.String()
 }
 
-func pytestVerdict(_ context.Context, res sandbox.ExecResult, _ checker.Sandbox, _ string) (checker.Verdict, error) {
+func pytestVerdict(_ context.Context, res sandbox.ExecResult, _ checker.Sandbox, _ string, _ spec.JSON) (checker.Verdict, error) {
 	return verdict(res, ParsePytest)
 }
 
-func swebenchVerdict(_ context.Context, res sandbox.ExecResult, _ checker.Sandbox, _ string) (checker.Verdict, error) {
+func swebenchVerdict(_ context.Context, res sandbox.ExecResult, _ checker.Sandbox, _ string, _ spec.JSON) (checker.Verdict, error) {
 	return verdict(res, ParseSWEBench)
 }
 

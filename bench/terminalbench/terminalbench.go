@@ -222,7 +222,7 @@ func importTask(dir, name string, q importer.Query) (spec.Record, error) {
 	importer.SetNetwork(env, netMode, nil, q)
 	// The harness copies the tests into /tests after the agent; the
 	// directory is there from the start, as in Terminal-Bench's images.
-	env.Setup = append(env.Setup, "mkdir -p /tests")
+	env.Setup = append(env.Setup, spec.SetupStep{Run: "mkdir -p /tests"})
 
 	// The checker: tests/ and run-tests.sh to /tests, after the agent.
 	tests := map[string]dockerfile.File{}

@@ -65,7 +65,7 @@ func TestImportTranspose(t *testing.T) {
 	if env.Files["/app/transpose.py"] == "" || env.Files["/app/.oracle/solution.enc.evalsi-b64"] == "" {
 		t.Errorf("workspace files not placed: %v", keys(env.Files))
 	}
-	if len(env.Setup) < 5 || !strings.Contains(env.Setup[0], "base64 -d") {
+	if len(env.Setup) < 5 || !strings.Contains(env.Setup[0].Run, "base64 -d") {
 		t.Errorf("setup %q", env.Setup)
 	}
 	c := env.Checker
@@ -89,7 +89,7 @@ func TestImportImageAndNetworkQuery(t *testing.T) {
 		t.Errorf("image %q", env.Image)
 	}
 	for _, s := range env.Setup {
-		if strings.Contains(s, "apt-get") || strings.Contains(s, "pip") {
+		if strings.Contains(s.Run, "apt-get") || strings.Contains(s.Run, "pip") {
 			t.Errorf("image= must drop the RUN steps, found %q", s)
 		}
 	}

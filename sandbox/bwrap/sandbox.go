@@ -1050,3 +1050,9 @@ func (s *Sandbox) SetPolicy(p sandbox.Policy) error {
 	s.report.Notes = append(slices.Clone(s.report.Notes), "widened by SetPolicy: "+proxyNote(p.Network))
 	return nil
 }
+
+// StartService is not offered yet by this rung: no process outlives the
+// command that started it.
+func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sandbox.Service, error) {
+	return nil, fmt.Errorf("starting a service: %w on this rung", errors.ErrUnsupported)
+}

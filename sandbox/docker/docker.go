@@ -544,3 +544,9 @@ func (r *Rung) RemoveLayer(ctx context.Context, l sandbox.Layer) error {
 	}
 	return nil
 }
+
+// StartService is not offered yet by this rung: no process outlives the
+// command that started it.
+func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sandbox.Service, error) {
+	return nil, fmt.Errorf("starting a service: %w on this rung", errors.ErrUnsupported)
+}

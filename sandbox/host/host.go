@@ -483,3 +483,9 @@ func launchMain(args []string) int {
 	fmt.Fprintf(os.Stderr, "%s: %v\n", strings.Join(argv, " "), err)
 	return 126
 }
+
+// StartService is not offered yet by this rung: no process outlives the
+// command that started it.
+func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sandbox.Service, error) {
+	return nil, fmt.Errorf("starting a service: %w on this rung", errors.ErrUnsupported)
+}

@@ -500,3 +500,9 @@ func exitStatus(ws syscall.WaitStatus) int {
 	}
 	return -1
 }
+
+// StartService is not offered yet by this rung: no process outlives the
+// command that started it.
+func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sandbox.Service, error) {
+	return nil, fmt.Errorf("starting a service: %w on this rung", errors.ErrUnsupported)
+}

@@ -515,3 +515,9 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.
 	}
 	return nil
 }
+
+// StartService is not offered yet by this rung: no process outlives the
+// command that started it.
+func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sandbox.Service, error) {
+	return nil, fmt.Errorf("starting a service: %w on this rung", errors.ErrUnsupported)
+}
