@@ -42,7 +42,11 @@ func (h *Host) Conns() int { return int(h.conns.Load()) }
 
 // New makes a test host and removes it when the test ends. A machine without
 // root or iproute2 reports the facility missing.
-func New(t testing.TB) *Host {
+func New(t testing.TB) *Host { return NewHandler(t, nil) }
+
+// NewHandler is New with handler serving the host's requests instead of
+// Body (nil: Body).
+func NewHandler(t testing.TB, handler http.Handler) *Host {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.Missing(t, "test network namespace", "making one needs root")
@@ -83,6 +87,10 @@ func New(t testing.TB) *Host {
 	h := &Host{Addr: ln.Addr().String(), Body: "EVALSI-TEST-HOST-" + id}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.hits.Add(1)
+		if handler != nil {
+			handler.ServeHTTP(w, r)
+			return
+		}
 		fmt.Fprint(w, h.Body)
 	}), ConnState: func(_ net.Conn, st http.ConnState) {
 		if st == http.StateNew {

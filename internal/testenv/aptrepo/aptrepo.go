@@ -1,0 +1,67 @@
+// Package aptrepo gives tests a small Debian package repository served
+// from a test host of their own (package nethost), for task Dockerfiles
+// that run `apt-get update && apt-get install`: no test reaches an outside
+// address. The repository is scripts/build-apt-repo.sh's (a few real .debs
+// indexed with dpkg-scanpackages and apt-ftparchive, cached). Test support
+// only.
+package aptrepo
+
+import (
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"evals.si/internal/testenv"
+	"evals.si/internal/testenv/nethost"
+)
+
+// Packages are the packages the repository holds (the script's default).
+var Packages = []string{"hello", "figlet"}
+
+// Repo is a served repository.
+type Repo struct {
+	// Host serves it; Host.Hits counts the requests apt made.
+	Host *nethost.Host
+	// URL is its address, http://198.18.X.Y:PORT/.
+	URL string
+	// Dir is the repository's directory on this machine.
+	Dir string
+}
+
+// SourcesLine is the apt sources.list line that reaches the repository.
+func (r *Repo) SourcesLine() string { return "deb [trusted=yes] " + r.URL + " ./" }
+
+// UseOnly is a shell command that points the image's apt at the repository
+// alone, as a Dockerfile RUN step would.
+func (r *Repo) UseOnly() string {
+	return "rm -f /etc/apt/sources.list.d/* && echo '" + r.SourcesLine() + "' > /etc/apt/sources.list"
+}
+
+// Serve builds (or finds cached) the repository and serves it until the
+// test ends. repoRoot is the module root relative to the test's directory.
+// A machine without dpkg-dev, apt-utils or a network namespace reports the
+// facility missing (a failure under EVALSI_STRICT=1).
+func Serve(t testing.TB, repoRoot string) *Repo {
+	t.Helper()
+	for _, tool := range []string{"dpkg-scanpackages", "apt-ftparchive"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testenv.Missing(t, tool, "the test package repository is made with dpkg-dev and apt-utils (apt-get install dpkg-dev apt-utils)")
+		}
+	}
+	cmd := exec.Command("bash", filepath.Join(repoRoot, "scripts", "build-apt-repo.sh"))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		testenv.Missing(t, "test package repository", "scripts/build-apt-repo.sh failed: "+err.Error()+"\n"+stderr.String())
+	}
+	dir := strings.TrimSpace(string(out))
+	if fi, err := os.Stat(filepath.Join(dir, "Packages")); err != nil || fi.Size() == 0 {
+		t.Fatalf("build-apt-repo.sh printed %q, which holds no Packages index", dir)
+	}
+	h := nethost.NewHandler(t, http.FileServer(http.Dir(dir)))
+	return &Repo{Host: h, URL: "http://" + h.Addr + "/", Dir: dir}
+}
