@@ -29,6 +29,7 @@ var allowed = map[string]string{
 	"sandbox/sandboxtest":         "test support only (imported by rung tests): starts the host processes the escape suite attacks",
 	"internal/testenv/benchimage": "test support only: runs scripts/build-local-image.sh to build the offline benchmark image",
 	"internal/testenv/nethost":    "test support only: runs ip(8) to make a test host in a network namespace of the test's own",
+	"internal/testenv/aptrepo":    "test support only: runs scripts/build-apt-repo.sh to build the test package repository",
 	"internal/testenv/engineuser": "test support only: re-runs a rung's test binary as an unprivileged engine user",
 	"harness/external":            "starts the harness.external command or Python shim the spec names; it only serves the protocol, model output still runs in the sandbox via Worker.Exec",
 
