@@ -20,18 +20,19 @@ import (
 // allowed lists the packages (module-relative directories) that may start
 // processes, each with why.
 var allowed = map[string]string{
-	"sandbox/bwrap":               "the bubblewrap rung starts bwrap",
-	"sandbox/landlock":            "the Landlock rung re-executes its launcher and execs the command after restricting itself",
-	"sandbox/host":                "the host rung runs commands on the host, only when a spec explicitly allows it",
-	"sandbox/smolvm":              "the smolvm rung starts microVMs through the smolvm CLI",
-	"sandbox/userns":              "starts a rung's process (bwrap, the landlock launcher) as root of a new user namespace, through newuidmap/newgidmap when the engine is not root",
-	"sandbox/docker":              "the docker rung (uses the Engine API today; listed in case it shells out to docker)",
-	"sandbox/sandboxtest":         "test support only (imported by rung tests): starts the host processes the escape suite attacks",
-	"internal/testenv/benchimage": "test support only: runs scripts/build-local-image.sh to build the offline benchmark image",
-	"internal/testenv/nethost":    "test support only: runs ip(8) to make a test host in a network namespace of the test's own",
-	"internal/testenv/aptrepo":    "test support only: runs scripts/build-apt-repo.sh to build the test package repository",
-	"internal/testenv/engineuser": "test support only: re-runs a rung's test binary as an unprivileged engine user",
-	"harness/external":            "starts the harness.external command or Python shim the spec names; it only serves the protocol, model output still runs in the sandbox via Worker.Exec",
+	"sandbox/bwrap":                "the bubblewrap rung starts bwrap",
+	"sandbox/landlock":             "the Landlock rung re-executes its launcher and execs the command after restricting itself",
+	"sandbox/host":                 "the host rung runs commands on the host, only when a spec explicitly allows it",
+	"sandbox/smolvm":               "the smolvm rung starts microVMs through the smolvm CLI",
+	"sandbox/userns":               "starts a rung's process (bwrap, the landlock launcher) as root of a new user namespace, through newuidmap/newgidmap when the engine is not root",
+	"sandbox/docker":               "the docker rung (uses the Engine API today; listed in case it shells out to docker)",
+	"sandbox/sandboxtest":          "test support only (imported by rung tests): starts the host processes the escape suite attacks",
+	"internal/testenv/benchimage":  "test support only: runs scripts/build-local-image.sh to build the offline benchmark image",
+	"internal/testenv/nethost":     "test support only: runs ip(8) to make a test host in a network namespace of the test's own",
+	"internal/testenv/aptrepo":     "test support only: runs scripts/build-apt-repo.sh to build the test package repository",
+	"internal/testenv/swebenchref": "test support only: runs the official swebench package's reference scripts (python/adapters/swebench) for the differential tests",
+	"internal/testenv/engineuser":  "test support only: re-runs a rung's test binary as an unprivileged engine user",
+	"harness/external":             "starts the harness.external command or Python shim the spec names; it only serves the protocol, model output still runs in the sandbox via Worker.Exec",
 
 	// The bwrap rung's half inside a sandbox.
 	"sandbox/bwrap/internal/execserver": "the exec server, PID 1 inside a bwrap sandbox, starts its commands there",
