@@ -7,8 +7,8 @@ func TestNoProxy(t *testing.T) {
 		hosts []string
 		want  string
 	}{
-		{nil, "localhost,127.0.0.1"},
-		{[]string{"pypi.org:443", "10.0.0.5:80"}, "localhost,127.0.0.1"},
+		{nil, "localhost,127.0.0.1,::1,127.0.1.1"},
+		{[]string{"pypi.org:443", "10.0.0.5:80"}, "localhost,127.0.0.1,::1,127.0.1.1"},
 		{[]string{"pypi.org:443", "127.0.0.1:8089"}, ""},
 		{[]string{"localhost:3000"}, ""},
 		{[]string{"[::1]:8080"}, ""},

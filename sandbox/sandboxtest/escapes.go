@@ -35,6 +35,9 @@ const (
 	// RowAllowlistBypass runs under network: allowlist with a test proxy
 	// (TCP address; Options.ProxyUnix for the unix-socket form).
 	RowAllowlistBypass = "allowlist-bypass"
+	// RowUserToRoot runs as a non-root user (ExecRequest.User, a numeric
+	// uid with no passwd entry) trying to become root again.
+	RowUserToRoot = "user-to-root"
 )
 
 // EscapeLimits are the limits every escape row runs under; the fork bomb
@@ -179,6 +182,17 @@ sys.exit(0 if r == 0 else 1)"`)
 			leak := strings.Contains(string(res.Stdout), e.secret)
 			return !leak, fmt.Sprintf("secret visible %v", leak)
 		}, nil},
+	{RowUserToRoot, "as a non-root user (User 4300:4300): su and sudo without a password, setuid(0), a write to a root-owned file, the exec server's descriptors (/proc/1/fd), root of a new user namespace; and the capabilities it holds",
+		"contained: every attempt fails, the user holds no capabilities and the root-owned file is unchanged",
+		func(t *testing.T, e *escapeEnv) (bool, string) {
+			mustSh(t, e.sb, "echo root-only > rootfile && chmod 644 rootfile")
+			res := sh(t, e.sb, userToRootScript, asUser("4300:4300"))
+			b, err := e.sb.ReadFile(t.Context(), "rootfile")
+			out := string(res.Stdout)
+			intact := err == nil && string(b) == "root-only\n"
+			ok := intact && strings.Contains(out, "uid=4300 gid=4300") && !strings.Contains(out, "ESCAPED")
+			return ok, fmt.Sprintf("exit %d, rootfile intact %v, report %q, stderr %s", res.ExitCode, intact, strings.Fields(out), short(res.Stderr))
+		}, nil},
 	{name: RowAllowlistBypass, attack: "under network: allowlist, CONNECT to a host not on the list, and TCP straight to a host listener",
 		expect: "contained: the proxy refuses (403) and the direct connection fails; the allowed host still works",
 		setup: func(t *testing.T, o Options, c *sandbox.Config, e *escapeEnv) {
@@ -205,6 +219,21 @@ sys.exit(0 if r == 0 else 1)"`)
 				fmt.Sprintf("evil.test: exit %d %s%s; direct TCP exit %d, %d accepted; proxy log %v", bad.ExitCode, trim(bad.Stdout), short(bad.Stderr), direct.ExitCode, n, e.proxy.Log())
 		}},
 }
+
+// userToRootScript prints name=ESCAPED for each way back to root that
+// worked, and the ids it ran as.
+const userToRootScript = `echo "uid=$(id -u) gid=$(id -g)"
+[ "$(su -c 'id -u' root </dev/null 2>/dev/null)" = 0 ] && echo su=ESCAPED
+[ "$(sudo -n id -u </dev/null 2>/dev/null)" = 0 ] && echo sudo=ESCAPED
+python3 -c "import os; os.setresuid(0, 0, 0)" 2>/dev/null && echo setuid=ESCAPED
+python3 -c "import os; os.setresgid(0, 0, 0)" 2>/dev/null && echo setgid=ESCAPED
+(echo pwned >> rootfile) 2>/dev/null && echo write-root-file=ESCAPED
+ls /proc/1/fd >/dev/null 2>&1 && echo list-server-fds=ESCAPED
+for f in 0 1 2 3 4 5 6 7 8 9; do (: > /proc/1/fd/$f) 2>/dev/null && echo server-fd-$f=ESCAPED; done
+unshare -Ur sh -c 'echo pwned >> rootfile' 2>/dev/null && echo userns-root=ESCAPED
+grep -Eq '^CapEff:[[:space:]]*0+$' /proc/self/status || echo capabilities=ESCAPED
+grep -Eq '^CapPrm:[[:space:]]*0+$' /proc/self/status || echo permitted-capabilities=ESCAPED
+true`
 
 // listenHTTP serves body on the host's loopback.
 func listenHTTP(t *testing.T, body string) (net.Listener, *http.Server) {

@@ -37,6 +37,16 @@ const (
 	// CapWorkdirPath: the workdir is not at Config.Workdir inside the
 	// sandbox (the host rung uses a host temp directory).
 	CapWorkdirPath = "workdir-path"
+	// CapExecUser: ExecRequest.User (docker exec -u) is not honoured:
+	// the ExecUser subtest (which also starts a service as the user,
+	// unless CapService is declared too).
+	CapExecUser = "exec-user"
+	// CapService: StartService is not offered (Service and
+	// ServiceEndsWithSandbox subtests).
+	CapService = "service"
+	// CapEtcFiles: the sandbox has no /etc/hosts, /etc/hostname and
+	// /etc/resolv.conf of its own as Docker writes them (EtcFiles).
+	CapEtcFiles = "etc-files"
 )
 
 // Options tune the suites for one rung.
@@ -56,6 +66,17 @@ type Options struct {
 	ProxyUnix bool
 	// Config adjusts every config the suites create (state dirs, images).
 	Config func(*sandbox.Config)
+	// Users adjusts the config of the ExecUser subtest, which adds a user
+	// to /etc/passwd and /etc/group as root inside (as a Dockerfile's
+	// useradd would) before running commands as it: it must give root
+	// inside a writable /etc and the image sh and coreutils, for example
+	// Root (or Image) set to the local Debian image
+	// (internal/testenv/benchimage). It runs before Config. Nil: the
+	// suite's no-image config, whose /etc is the host's and read-only on
+	// every rung so far, so the subtest fails there unless CapExecUser is
+	// declared. The escape row RowUserToRoot needs no /etc of its own: it
+	// runs as a numeric uid with no passwd entry.
+	Users func(t *testing.T, c *sandbox.Config)
 }
 
 func (o Options) gap(t *testing.T, cap string) {
@@ -103,6 +124,8 @@ func create(t *testing.T, r sandbox.Rung, cfg sandbox.Config) sandbox.Sandbox {
 type execOpt func(*sandbox.ExecRequest)
 
 func withTimeout(d time.Duration) execOpt { return func(r *sandbox.ExecRequest) { r.Timeout = d } }
+
+func asUser(u string) execOpt { return func(r *sandbox.ExecRequest) { r.User = u } }
 
 func sh(t *testing.T, sb sandbox.Sandbox, script string, opts ...execOpt) sandbox.ExecResult {
 	t.Helper()
