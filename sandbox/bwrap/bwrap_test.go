@@ -32,6 +32,9 @@ func newRung(t *testing.T) sandbox.Rung {
 
 func suiteOptions() sandboxtest.Options {
 	o := sandboxtest.Options{Gaps: map[string]string{}}
+	// Users are added to an image's /etc as a Dockerfile's useradd would;
+	// without an image /etc is the host's, read-only.
+	o.Users = func(t *testing.T, c *sandbox.Config) { c.Root = debianRoot(t) }
 	if os.Geteuid() != 0 {
 		// Without cgroups, memory is capped by RLIMIT_AS: allocations fail
 		// and the denial is only inferred from the program's stderr.

@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"time"
 
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+
 	"evals.si/sandbox"
 	"evals.si/sandbox/bwrap/internal/execserver"
 	"evals.si/sandbox/limits"
@@ -63,6 +65,10 @@ type Sandbox struct {
 	// sandboxes use too; it is not removed with this one.
 	sharedStub bool
 	tmp        string
+	// etc holds the sandbox's /etc/hosts, /etc/hostname and
+	// /etc/resolv.conf (etcfiles.go), beside tmp: under disk_mb, on the
+	// bounded filesystem too.
+	etc string
 	// disk bounds the writable state (disk_mb): the root's upper and work
 	// directories, tmp and shm (bound at /dev/shm) live on it. Nil: no
 	// bound.
@@ -213,6 +219,11 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 		}
 	}
 
+	s.etc = filepath.Join(rootState, "etcfiles")
+	if err := s.writeEtcFiles(s.etc); err != nil {
+		return nil, fmt.Errorf("creating a bwrap sandbox: writing its /etc/hosts, /etc/hostname and /etc/resolv.conf: %w", err)
+	}
+
 	// Snapshot layers were written inside, so their files carry host ids
 	// already; the image root and the stub store ids as the sandbox sees
 	// them and are shifted to the map (see overlay.Shift).
@@ -248,6 +259,9 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 	}
 	if _, ok := s.ns.idmap.HostGID(s.gid); s.inNS && !ok {
 		return nil, fmt.Errorf("creating a bwrap sandbox: user %q has gid %d, outside the ids the sandbox's user namespace maps", cfg.User, s.gid)
+	}
+	if err := s.etcMountPoints(); err != nil {
+		return nil, fmt.Errorf("creating a bwrap sandbox: %w", err)
 	}
 	if err := s.mkdirOwned(s.root.Merged, s.workdir); err != nil {
 		return nil, fmt.Errorf("creating workdir %s: %w", s.workdir, err)
@@ -369,8 +383,19 @@ func (s *Sandbox) makeReport(cgNote string) sandbox.Report {
 	if s.cgroups != nil {
 		exec += " and cgroup"
 	}
-	rep.Notes = append(rep.Notes, exec+", and what it leaves running is killed when it ends")
+	rep.Notes = append(rep.Notes, exec+", and what it leaves running is killed when it ends (once no other command runs, every process but the server and the services' sessions: a process can leave its session only for a new one of its own, so none of a command's is spared; what a service starts with setsid is not spared either)")
+	if _, err := ll.LandlockGetABIVersion(); err == nil {
+		rep.Notes = append(rep.Notes, "each command runs in a Landlock domain of its own, which restricts no file access: it cannot ptrace or open the memory, environment or descriptors of processes outside it (the server's, a service's, another command's)")
+	} else {
+		rep.Notes = append(rep.Notes, "no Landlock in this kernel: a command can open a service's /proc/PID/mem (same uid), and so leave processes in the service's session, which the sweep after each command spares")
+	}
+	users := "a command naming a user (docker exec -u's forms) runs as that user of the sandbox, resolved by the exec server from the sandbox's own /etc/passwd and /etc/group, as runc resolves it"
+	if !s.inNS {
+		users += "; with this single-id map only the sandbox's own user can run, another is an error"
+	}
+	rep.Notes = append(rep.Notes, users)
 	rep.Notes = append(rep.Notes, fmt.Sprintf("file reads and writes are served by the exec server, inside the sandbox's view: regular files only, reads capped at %d MiB", sandbox.MaxReadFile>>20))
+	rep.Notes = append(rep.Notes, s.etcNote())
 	if s.noImage {
 		note := "no image: the host's /usr, /bin, /sbin, /lib*, /etc read-only (" + strings.Join(hiddenHostFiles, ", ") + " and " + strings.Join(hiddenHostDirs, ", ") + " hidden)"
 		if s.inNS {
@@ -446,7 +471,7 @@ func (s *Sandbox) chownHost(p string) error {
 
 // stubVersion names what buildStub makes: change it with buildStub, so a
 // shared stub made by another build is never taken for this one's.
-const stubVersion = "1"
+const stubVersion = "2"
 
 // sharedStub returns the stub layer in dir that sandboxes whose state dirs
 // are in dir share, building it the first time. The stub is the same for
@@ -484,8 +509,9 @@ func sharedStub(dir string, noImage bool) (string, error) {
 }
 
 // buildStub makes the lowest layer: mount points bwrap needs even when the
-// root is read-only, and, without an image, the host's system directory
-// layout (symlinks such as bin -> usr/bin copied as symlinks).
+// root is read-only (with an image, those of the /etc files too), and,
+// without an image, the host's system directory layout (symlinks such as
+// bin -> usr/bin copied as symlinks).
 func buildStub(dir string, noImage bool) error {
 	for _, d := range []string{"", "proc", "dev", "tmp", ".evalsi"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
@@ -501,6 +527,16 @@ func buildStub(dir string, noImage bool) error {
 		}
 	}
 	if !noImage {
+		// Mount points of the sandbox's own /etc files, where the image
+		// has none.
+		if err := os.Mkdir(filepath.Join(dir, "etc"), 0o755); err != nil {
+			return err
+		}
+		for _, f := range etcFiles {
+			if err := os.WriteFile(filepath.Join(dir, "etc", f), nil, 0o644); err != nil {
+				return err
+			}
+		}
 		return nil
 	}
 	for _, d := range hostSystemDirs {
@@ -601,22 +637,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	}
 	defer s.life.End()
 
-	envMap := map[string]string{}
-	for k, v := range s.baseEnv {
-		envMap[k] = v
-	}
-	if pol := s.currentPolicy(); pol.Network != sandbox.NetworkDeny {
-		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
-			envMap[k] = "http://" + proxyListen
-		}
-		// allow: the proxy refuses loopback, and nothing bypasses it.
-		np := ""
-		if pol.Network == sandbox.NetworkAllowlist {
-			np = sandbox.NoProxy(pol.AllowHosts)
-		}
-		envMap["NO_PROXY"], envMap["no_proxy"] = np, np
-	}
-	env, err := sandbox.CommandEnv(envMap, req.Env)
+	env, err := s.commandEnv(req)
 	if err != nil {
 		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
 	}
@@ -640,9 +661,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	start := time.Now()
 	argv, env := s.command(req.Argv, env)
 	m := execserver.ExecMsg{Argv: argv, Env: env, Dir: cwd, Stdin: req.Stdin, Limit: limit, Join: cg != nil}
-	if s.inNS && (s.uid != 0 || s.gid != 0) {
-		m.User, m.UID, m.GID = true, s.uid, s.gid
-	}
+	s.setUser(&m, req)
 	c, err := srv.start(m, limit)
 	if err != nil {
 		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
@@ -767,6 +786,44 @@ wait:
 		res.Denials = append(res.Denials, sandbox.Denial{Kind: "disk", Detail: diskFull})
 	}
 	return res, stopErr
+}
+
+// commandEnv is a request's environment: the sandbox's, the proxy's when
+// the network goes through it, then the request's. For a request naming a
+// user, the sandbox's default HOME is left out, so the exec server sets
+// the user's from passwd, as docker exec does, unless the config or the
+// request sets one.
+func (s *Sandbox) commandEnv(req sandbox.ExecRequest) ([]string, error) {
+	envMap := map[string]string{}
+	for k, v := range s.baseEnv {
+		envMap[k] = v
+	}
+	if _, set := s.cfg.Env["HOME"]; req.User != "" && !set {
+		delete(envMap, "HOME")
+	}
+	if pol := s.currentPolicy(); pol.Network != sandbox.NetworkDeny {
+		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+			envMap[k] = "http://" + proxyListen
+		}
+		// The sandbox's own loopback is reached directly (sandbox.NoProxy).
+		np := sandbox.NoProxy(pol.AllowHosts, s.id)
+		envMap["NO_PROXY"], envMap["no_proxy"] = np, np
+	}
+	return sandbox.CommandEnv(envMap, req.Env)
+}
+
+// setUser says who m runs as: the request's user, resolved by the exec
+// server inside the sandbox (from its own /etc/passwd and /etc/group, as
+// they are now); else the sandbox's (Config.User, resolved at Create),
+// which the server switches to only in a multi-id namespace (bwrap's own
+// single-id one already runs as it).
+func (s *Sandbox) setUser(m *execserver.ExecMsg, req sandbox.ExecRequest) {
+	switch {
+	case req.User != "":
+		m.Spec = req.User
+	case s.inNS && (s.uid != 0 || s.gid != 0):
+		m.User, m.UID, m.GID = true, s.uid, s.gid
+	}
 }
 
 // diskFull describes a full disk_mb filesystem ("" when it has room).
@@ -941,7 +998,7 @@ func (s *Sandbox) cleanup() error {
 		if s.sharedStub {
 			stub = ""
 		}
-		for _, p := range []string{stub, s.tmp, filepath.Join(s.state, "proxy.sock")} {
+		for _, p := range []string{stub, s.tmp, s.etc, filepath.Join(s.state, "proxy.sock")} {
 			if p != "" {
 				if err := os.RemoveAll(p); err != nil {
 					errs = append(errs, err)
@@ -1049,10 +1106,4 @@ func (s *Sandbox) SetPolicy(p sandbox.Policy) error {
 	s.report.Network, s.report.ProxyAddr = p.Network, p.ProxyAddr
 	s.report.Notes = append(slices.Clone(s.report.Notes), "widened by SetPolicy: "+proxyNote(p.Network))
 	return nil
-}
-
-// StartService is not offered yet by this rung: no process outlives the
-// command that started it.
-func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sandbox.Service, error) {
-	return nil, fmt.Errorf("starting a service: %w on this rung", errors.ErrUnsupported)
 }

@@ -62,6 +62,8 @@ type call struct {
 	done           chan execserver.DoneMsg
 	// file answers a file operation's call.
 	file chan execserver.FileResult
+	// service, for a service's call, takes its output (both streams).
+	service *sandbox.ServiceState
 }
 
 // serverArgs builds the sandbox's bwrap invocation; order matters: the
@@ -87,7 +89,7 @@ func (s *Sandbox) serverArgs(src sources) []string {
 		// commands can get before it serves (execserver).
 		a = append(a, "--cap-add", "CAP_SYS_PTRACE")
 	}
-	a = append(a, "--hostname", "evalsi", "--as-pid-1")
+	a = append(a, "--hostname", s.id, "--as-pid-1")
 	if !s.inNS {
 		// bwrap's own namespace maps the one id it runs as: to the
 		// sandbox's user, root (0) unless Config.User says otherwise, as
@@ -118,6 +120,7 @@ func (s *Sandbox) serverArgs(src sources) []string {
 			}
 		}
 	}
+	a = append(a, s.etcMounts(src.etc)...)
 	a = append(a, "--proc", "/proc")
 	a = append(a, s.procMasks(src.empty)...)
 	a = append(a, "--dev", "/dev", "--bind", src.tmp, "/tmp")
@@ -362,6 +365,11 @@ func (srv *execServer) read(r *os.File) {
 		if c == nil {
 			continue
 		}
+		switch {
+		case c.service != nil && (kind == execserver.FrameStdout || kind == execserver.FrameStderr):
+			c.service.Write(p)
+			continue
+		}
 		switch kind {
 		case execserver.FrameStdout:
 			c.stdout.Write(p)
@@ -419,6 +427,12 @@ func (srv *execServer) send(kind byte, id uint32, payload []byte) error {
 func (srv *execServer) start(m execserver.ExecMsg, limit int) (*call, error) {
 	c := &call{stdout: sandbox.NewCappedBuffer(limit), stderr: sandbox.NewCappedBuffer(limit),
 		join: make(chan int, 1), started: make(chan struct{}), exit: make(chan execserver.ExitMsg, 1), done: make(chan execserver.DoneMsg, 1)}
+	return c, srv.call(c, execserver.FrameExec, m.Marshal())
+}
+
+// startService sends a service to the server; its output goes to state.
+func (srv *execServer) startService(m execserver.ExecMsg, state *sandbox.ServiceState) (*call, error) {
+	c := &call{service: state, join: make(chan int, 1), started: make(chan struct{}), exit: make(chan execserver.ExitMsg, 1), done: make(chan execserver.DoneMsg, 1)}
 	return c, srv.call(c, execserver.FrameExec, m.Marshal())
 }
 

@@ -27,6 +27,8 @@ const viewsDir = "/run/evalsi-bwrap"
 // sources are the host paths of what bwrap binds in.
 type sources struct {
 	root, tmp, shm, helper, empty, proxy string
+	// etc is the directory of the sandbox's /etc files.
+	etc string
 	// release removes the views (a no-op without them).
 	release func()
 }
@@ -35,7 +37,7 @@ type sources struct {
 // can reach them (not root, or no user namespace of ours), else views of
 // them in a directory of this start's own, owned by root inside.
 func (s *Sandbox) bindSources(proxy string) (sources, error) {
-	src := sources{root: s.root.Merged, tmp: s.tmp, shm: s.shm, helper: s.helper,
+	src := sources{root: s.root.Merged, tmp: s.tmp, shm: s.shm, helper: s.helper, etc: s.etc,
 		empty: filepath.Join(s.stub, ".evalsi", "empty"), proxy: proxy, release: func() {}}
 	if !s.inNS || os.Geteuid() != 0 {
 		return src, nil
@@ -83,7 +85,7 @@ func (s *Sandbox) bindSources(proxy string) (sources, error) {
 		p     *string
 		name  string
 		isDir bool
-	}{{&src.root, "root", true}, {&src.tmp, "tmp", true}, {&src.shm, "shm", true}, {&src.helper, "evalsi", false}, {&src.empty, "empty", false}, {&src.proxy, "proxy.sock", false}} {
+	}{{&src.root, "root", true}, {&src.tmp, "tmp", true}, {&src.shm, "shm", true}, {&src.helper, "evalsi", false}, {&src.empty, "empty", false}, {&src.proxy, "proxy.sock", false}, {&src.etc, "etc", true}} {
 		if err := view(v.p, v.name, v.isDir); err != nil {
 			release()
 			return src, err

@@ -73,6 +73,10 @@ type Sandbox struct {
 	report   sandbox.Report
 	seq      atomic.Int64
 
+	// services are the running services, killed at Close.
+	svcMu    sync.Mutex
+	services []*service
+
 	life *sandbox.Lifecycle
 }
 
@@ -133,7 +137,8 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 			"NO ISOLATION: commands run on the host as uid " + strconv.Itoa(os.Geteuid()) + " and can read, write, signal and connect to anything that user can",
 			"workdir is the host directory " + s.workdir + " (file operations and command workdirs under the configured workdir " + cfg.Workdir + " map there; commands that name it in their arguments reach the host's own)",
 			"file operations are the host's: absolute paths and symlinks reach any host file this user can (only FIFOs and other special files are refused, and reads capped)",
-			"root of the host rung is the engine's own uid: no user namespace, no capability limits beyond the user's",
+			"root of the host rung is the engine's own uid: no user namespace, no capability limits beyond the user's; a command or service naming another user is refused",
+			"a service (StartService) runs in a process group (and, with cgroups, a cgroup) of its own, killed when its first process exits or at Close",
 			note,
 		}}
 	for _, rl := range s.rlimits.Outer {
@@ -175,39 +180,21 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		return sandbox.ExecResult{}, err
 	}
 	defer s.life.End()
-	env, err := sandbox.CommandEnv(s.cfg.Env, req.Env)
-	if err != nil {
+	if err := checkUser(req.User); err != nil {
 		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
 	}
-	dir := s.workdir
-	if req.Workdir != "" {
-		dir = s.path(req.Workdir)
-	}
 	var cg *limits.Cgroup
+	var err error
 	if s.cgroups != nil {
 		if cg, err = s.cgroups.New(fmt.Sprintf("evalsi-host-%s-%d", s.id, s.seq.Add(1)), s.cfg.Limits); err != nil {
 			return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
 		}
 		defer cg.Remove()
 	}
-	var args []string
-	if cg != nil {
-		for _, f := range cg.ProcsFiles() {
-			args = append(args, "--cgroup", f)
-		}
+	cmd, err := s.command(req, cg)
+	if err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
 	}
-	for _, rl := range s.rlimits.Outer {
-		args = append(args, "--rlimit", rl.String())
-	}
-	if os.Geteuid() != 0 {
-		args = append(args, "--rlimit", limits.Rlimit{Name: "nproc", Value: s.rlimits.NProc}.String())
-	}
-	args = append(args, "--")
-	args = append(args, req.Argv...)
-	cmd := exec.Command(s.helper, args...)
-	cmd.Env = append([]string{reexec.Env + "=" + helperLaunch}, env...)
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if len(req.Stdin) > 0 {
 		cmd.Stdin = bytes.NewReader(req.Stdin)
 	}
@@ -315,6 +302,38 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		res.Denials = append(res.Denials, sandbox.Denial{Kind: "fsize", Detail: "a file reached the file size limit (SIGXFSZ)"})
 	}
 	return res, stopErr
+}
+
+// command is req as the launcher runs it: in its own process group, with
+// the cleared environment, the rlimits and cgroup.
+func (s *Sandbox) command(req sandbox.ExecRequest, cg *limits.Cgroup) (*exec.Cmd, error) {
+	env, err := sandbox.CommandEnv(s.cfg.Env, req.Env)
+	if err != nil {
+		return nil, err
+	}
+	dir := s.workdir
+	if req.Workdir != "" {
+		dir = s.path(req.Workdir)
+	}
+	var args []string
+	if cg != nil {
+		for _, f := range cg.ProcsFiles() {
+			args = append(args, "--cgroup", f)
+		}
+	}
+	for _, rl := range s.rlimits.Outer {
+		args = append(args, "--rlimit", rl.String())
+	}
+	if os.Geteuid() != 0 {
+		args = append(args, "--rlimit", limits.Rlimit{Name: "nproc", Value: s.rlimits.NProc}.String())
+	}
+	args = append(args, "--")
+	args = append(args, req.Argv...)
+	cmd := exec.Command(s.helper, args...)
+	cmd.Env = append([]string{reexec.Env + "=" + helperLaunch}, env...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd, nil
 }
 
 // File operations on the host rung are host file operations: paths and
@@ -428,6 +447,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 }
 
 func (s *Sandbox) cleanup() error {
+	s.stopServices()
 	if s.ownState {
 		return os.RemoveAll(s.state)
 	}
@@ -482,10 +502,4 @@ func launchMain(args []string) int {
 	err = syscall.Exec(bin, argv, os.Environ())
 	fmt.Fprintf(os.Stderr, "%s: %v\n", strings.Join(argv, " "), err)
 	return 126
-}
-
-// StartService is not offered yet by this rung: no process outlives the
-// command that started it.
-func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sandbox.Service, error) {
-	return nil, fmt.Errorf("starting a service: %w on this rung", errors.ErrUnsupported)
 }

@@ -32,6 +32,8 @@ func options(t *testing.T) sandboxtest.Options {
 			sandboxtest.CapReadOnlyRoot: none,
 			sandboxtest.CapPrivateRoot:  none,
 			sandboxtest.CapWorkdirPath:  "the workdir is a host temp directory",
+			sandboxtest.CapExecUser:     "the host rung has no users: commands run as the engine's own user (TestUser)",
+			sandboxtest.CapEtcFiles:     "commands see the host's own /etc",
 		},
 		Uncontained: map[string]string{
 			sandboxtest.RowReadHostFile:   none,
@@ -47,6 +49,7 @@ func options(t *testing.T) sandboxtest.Options {
 		NotRun: map[string]string{
 			sandboxtest.RowMount:           "mounts would change the host's mount table when the engine runs as root",
 			sandboxtest.RowAllowlistBypass: "the host rung refuses network: allowlist (it cannot enforce one)",
+			sandboxtest.RowUserToRoot:      "the host rung cannot run a command as another user",
 		},
 	}
 	if !cg.HasMemory() {

@@ -89,6 +89,8 @@ func (m ExecMsg) Marshal() []byte {
 	e.bool(m.User)
 	e.uint(uint64(m.UID))
 	e.uint(uint64(m.GID))
+	e.string(m.Spec)
+	e.bool(m.Service)
 	return e.b
 }
 
@@ -97,6 +99,7 @@ func (m *ExecMsg) Unmarshal(b []byte) error {
 	m.Argv, m.Env, m.Dir, m.Stdin = d.strings(), d.strings(), d.string(), d.bytes()
 	m.Limit, m.Join = int(d.uint()), d.bool()
 	m.User, m.UID, m.GID = d.bool(), int(d.uint()), int(d.uint())
+	m.Spec, m.Service = d.string(), d.bool()
 	return d.end()
 }
 

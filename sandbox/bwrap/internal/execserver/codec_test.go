@@ -8,7 +8,7 @@ import (
 )
 
 func TestMessagesRoundTrip(t *testing.T) {
-	exec := ExecMsg{Argv: []string{"sh", "-c", "echo ü"}, Env: []string{"A=1", "PATH=/bin"}, Dir: "/workspace/a b", Stdin: []byte{0, 1, 2}, Limit: 1 << 20, Join: true}
+	exec := ExecMsg{Argv: []string{"sh", "-c", "echo ü"}, Env: []string{"A=1", "PATH=/bin"}, Dir: "/workspace/a b", Stdin: []byte{0, 1, 2}, Limit: 1 << 20, Join: true, Spec: "agent:staff", Service: true}
 	var gotExec ExecMsg
 	if err := gotExec.Unmarshal(exec.Marshal()); err != nil || !reflect.DeepEqual(gotExec, exec) {
 		t.Errorf("ExecMsg: %+v, %v; want %+v", gotExec, err, exec)

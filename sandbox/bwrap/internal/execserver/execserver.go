@@ -18,7 +18,11 @@
 //     the host has moved into that cgroup (cgroup v1; that thread ends right
 //     after), or with the whole server moved in for the fork (v2);
 //   - whatever it leaves running is killed when it ends (its cgroup, its
-//     session, and, when no other command runs, every process but PID 1);
+//     session, and, when no other command runs, every process but PID 1
+//     and the services' sessions);
+//   - it runs in a Landlock domain of its own (domain.go), so it cannot
+//     reach into the memory or descriptors of any process outside it, a
+//     service's above all;
 //   - the server is PID 1, so commands cannot SIGKILL or SIGSTOP it and every
 //     other signal lands in its handler; it is not dumpable, so commands
 //     (same uid, but without CAP_SYS_PTRACE) cannot open its /proc/1/fd
@@ -41,6 +45,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,6 +95,15 @@ type ExecMsg struct {
 	// docker run --user does.
 	User     bool
 	UID, GID int
+	// Spec, when set, is who the command runs as instead (ExecRequest.User,
+	// docker exec -u's forms), resolved here from the sandbox's own
+	// /etc/passwd and /etc/group (lookupUser); HOME is passwd's unless Env
+	// has one.
+	Spec string
+	// Service: a long-running process (Sandbox.StartService), spared by
+	// the sweep after each command (killLeftovers); its stderr goes to
+	// its stdout pipe, so its output arrives interleaved as FrameStdout.
+	Service bool
 }
 
 type JoinMsg struct {
@@ -154,11 +168,17 @@ type server struct {
 	// dropPtrace, when set, keeps CAP_SYS_PTRACE from the command about to
 	// be forked on the calling thread (ptraceDropper).
 	dropPtrace func() error
+	// domain is the Landlock ruleset each command's forking thread enters
+	// (domain.go); -1: the kernel has none.
+	domain int
 
 	mu       sync.Mutex
 	calls    map[uint32]*serverCall
 	waiters  map[int]chan syscall.WaitStatus
 	inflight int
+	// services are the session ids of running services (their first
+	// processes' pids), which the sweep after a command spares.
+	services map[int]bool
 }
 
 type serverCall struct {
@@ -184,11 +204,15 @@ func Main(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
+	domain, err := commandDomain()
+	if err != nil {
+		return fail(err)
+	}
 	// Every signal a command sends PID 1 lands here and is dropped;
 	// SIGCHLD also means children to reap.
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs)
-	sv := &server{out: os.Stdout, dropPtrace: dropPtrace, calls: map[uint32]*serverCall{}, waiters: map[int]chan syscall.WaitStatus{}}
+	sv := &server{out: os.Stdout, dropPtrace: dropPtrace, domain: domain, calls: map[uint32]*serverCall{}, waiters: map[int]chan syscall.WaitStatus{}, services: map[int]bool{}}
 	go func() {
 		for sig := range sigs {
 			if sig == syscall.SIGCHLD {
@@ -460,8 +484,9 @@ type started struct {
 type errSetup struct{ error }
 
 // start starts a command and registers it for reaping, under mu so that
-// reap cannot collect it first and kill sees its pid.
-func (sv *server) start(c *serverCall, bin string, argv []string, attr *os.ProcAttr) started {
+// reap cannot collect it first, kill sees its pid and a sweep never sees a
+// service that is not registered yet.
+func (sv *server) start(c *serverCall, bin string, argv []string, attr *os.ProcAttr, service bool) started {
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
 	if c.killed {
@@ -473,7 +498,11 @@ func (sv *server) start(c *serverCall, bin string, argv []string, attr *os.ProcA
 	}
 	w := make(chan syscall.WaitStatus, 1)
 	sv.waiters[p.Pid] = w
-	sv.inflight++
+	if service {
+		sv.services[p.Pid] = true // its session id: it was forked with Setsid
+	} else {
+		sv.inflight++
+	}
 	c.pid = p.Pid
 	return started{p: p, waitc: w}
 }
@@ -500,6 +529,20 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 		return
 	}
 	argv, env := m.Argv, m.Env
+	var cred *syscall.Credential
+	if m.Spec != "" {
+		u, err := lookupUser(m.Spec, "/etc")
+		if err == nil {
+			cred, err = u.credential(m.Spec)
+		}
+		if err != nil {
+			finish(0, err.Error(), "")
+			return
+		}
+		if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "HOME=") }) {
+			env = append(env, "HOME="+u.home)
+		}
+	}
 	bin, err := lookPath(m.Argv[0], m.Dir, env)
 	if err != nil {
 		finish(127, "", fmt.Sprintf("evalsi: execvp %s: %v\n", m.Argv[0], err))
@@ -526,13 +569,20 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 		finish(0, "stdout pipe: "+err.Error(), "")
 		return
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		finish(0, "stderr pipe: "+err.Error(), "")
-		return
+	// A service's stdout and stderr are one pipe, so its output keeps
+	// its order.
+	errR, errW := outR, outW
+	if !m.Service {
+		if errR, errW, err = os.Pipe(); err != nil {
+			finish(0, "stderr pipe: "+err.Error(), "")
+			return
+		}
 	}
 	attr := &os.ProcAttr{Dir: m.Dir, Env: env, Files: []*os.File{stdin, outW, errW}, Sys: &syscall.SysProcAttr{Setsid: true}}
-	if m.User {
+	switch {
+	case m.Spec != "":
+		attr.Sys.Credential = cred
+	case m.User:
 		attr.Sys.Credential = &syscall.Credential{Uid: uint32(m.UID), Gid: uint32(m.GID)}
 	}
 
@@ -557,6 +607,12 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 				return
 			}
 		}
+		if sv.domain >= 0 && !m.Service {
+			if err := enterDomain(sv.domain); err != nil {
+				res <- started{err: errSetup{err}}
+				return
+			}
+		}
 		var sup *supervisor
 		if sv.filter != nil {
 			fd, err := installFilter(sv.filter)
@@ -568,7 +624,7 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 				return
 			}
 		}
-		st := sv.start(c, bin, argv, attr)
+		st := sv.start(c, bin, argv, attr, m.Service)
 		st.sup = sup
 		res <- st
 	}()
@@ -603,6 +659,10 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 			stdinW.Write(m.Stdin)
 			stdinW.Close()
 		}()
+	}
+	if m.Service {
+		sv.serve(id, st, outR)
+		return
 	}
 	var wg sync.WaitGroup
 	var done DoneMsg
@@ -659,6 +719,56 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 	sv.sendMsg(FrameDone, id, done)
 }
 
+// serve relays a service's output until its first process exits, then ends
+// its session, as a container's processes end with its main process.
+func (sv *server) serve(id uint32, st started, out *os.File) {
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := out.Read(buf)
+			if n > 0 {
+				sv.send(FrameStdout, id, buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	ws := <-st.waitc
+	code := ws.ExitStatus()
+	if ws.Signaled() {
+		code = 128 + int(ws.Signal())
+	}
+	// No longer spared, then ended: once its processes are gone its
+	// session id is a free pid, which a command's setsid could take.
+	sid := st.p.Pid
+	sv.mu.Lock()
+	delete(sv.services, sid)
+	sv.mu.Unlock()
+	for range 50 {
+		if killSession(sid) == 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case <-drained:
+	case <-time.After(2 * time.Second):
+		// Something outside its session holds the pipe (a descriptor
+		// passed on): the service is over all the same.
+	}
+	out.Close()
+	<-drained
+	var done DoneMsg
+	if st.sup != nil {
+		done.Denials = st.sup.stop()
+	}
+	sv.sendMsg(FrameExit, id, ExitMsg{Code: code})
+	sv.sendMsg(FrameDone, id, done)
+}
+
 // kill stops call id: its first process and its session, or, before it
 // started, its start.
 func (sv *server) kill(id uint32) {
@@ -682,8 +792,15 @@ func (sv *server) kill(id uint32) {
 
 // killLeftovers kills the processes of the session sid (a command's);
 // ended says the command's first process has exited, and then, once no
-// other command runs, every process but PID 1 is killed, which catches
-// those that left the session.
+// other command runs, every process but PID 1 and the services' is
+// killed, which catches those that left the session.
+//
+// Sparing the services' sessions is sound: a process can leave its
+// session only for a new one of its own (setsid makes its pid the session
+// id), never join another, and a session id stays allocated while any
+// process is in that session, so no command's process is ever in a
+// service's session. What a service itself starts stays there unless it
+// calls setsid, which puts it among the leftovers, as a command's is.
 func (sv *server) killLeftovers(sid int, ended bool) {
 	for range 50 {
 		if killSession(sid) == 0 {
@@ -695,18 +812,39 @@ func (sv *server) killLeftovers(sid int, ended bool) {
 		return
 	}
 	sv.mu.Lock()
-	defer sv.mu.Unlock()
 	sv.inflight--
-	if sv.inflight == 0 && os.Getpid() == 1 {
+	sweep := sv.inflight == 0 && os.Getpid() == 1
+	if sweep && len(sv.services) == 0 {
 		// From PID 1, kill(-1) reaches every process of the namespace
 		// but itself (and from anywhere else, far more: never).
 		syscall.Kill(-1, syscall.SIGKILL)
+		sweep = false
+	}
+	sv.mu.Unlock()
+	for i := 0; sweep && i < 50; i++ {
+		// Under mu, so no command starts mid-scan and none that started
+		// since is swept (inflight says); repeated for what forked
+		// between reading a process's session and killing it.
+		sv.mu.Lock()
+		n := 0
+		if sv.inflight == 0 {
+			n = killSessions(func(s int) bool { return !sv.services[s] })
+		}
+		sv.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
 // killSession SIGKILLs every process whose session is sid and returns how
 // many it found.
-func killSession(sid int) int {
+func killSession(sid int) int { return killSessions(func(s int) bool { return s == sid }) }
+
+// killSessions SIGKILLs every process but PID 1 (and zombies) whose
+// session kill selects and returns how many it found.
+func killSessions(kill func(sid int) bool) int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0
@@ -731,7 +869,7 @@ func killSession(sid int) int {
 		if len(f) < 4 {
 			continue
 		}
-		if s, err := strconv.Atoi(f[3]); err == nil && s == sid && f[0] != "Z" {
+		if s, err := strconv.Atoi(f[3]); err == nil && kill(s) && f[0] != "Z" {
 			syscall.Kill(pid, syscall.SIGKILL)
 			n++
 		}
