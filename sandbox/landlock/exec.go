@@ -11,10 +11,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"evals.si/sandbox"
 	"evals.si/sandbox/bridge"
@@ -50,18 +52,35 @@ type spec struct {
 	// Caps are the capabilities the command keeps (none: all dropped).
 	Caps []string `json:"caps,omitempty"`
 	// File, when set, is done by the launcher instead of a command.
-	File        *fileOp `json:"file,omitempty"`
-	MemoryBytes uint64  `json:"memory_bytes,omitempty"`
-	FSizeBytes  uint64  `json:"fsize_bytes,omitempty"`
-	ABI         int     `json:"abi"`
+	File *fileOp `json:"file,omitempty"`
+	// User is ExecRequest.User, which the launcher resolves into Cred
+	// for the restricter; it sets HOME from passwd unless KeepHome.
+	User     string `json:"user,omitempty"`
+	KeepHome bool   `json:"keep_home,omitempty"`
+	Cred     *cred  `json:"cred,omitempty"`
+	// CgroupFDs are the launcher's descriptors of the command's
+	// cgroup.procs files, opened by the engine.
+	CgroupFDs []int `json:"cgroup_fds,omitempty"`
+	// Service makes the launcher say when the command was exec'd.
+	Service bool `json:"service,omitempty"`
+	// EtcDir holds the sandbox's /etc files and Hostname is its
+	// hostname (the holder's spec).
+	EtcDir      string `json:"etc_dir,omitempty"`
+	Hostname    string `json:"hostname,omitempty"`
+	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
+	FSizeBytes  uint64 `json:"fsize_bytes,omitempty"`
+	ABI         int    `json:"abi"`
 }
 
 // status is what the launcher reports when it exits.
 type status struct {
-	ExitCode int    `json:"exit_code"`
-	Signal   int    `json:"signal,omitempty"`
-	Killed   int    `json:"killed,omitempty"` // leftover processes killed
-	Stopped  bool   `json:"stopped,omitempty"`
+	ExitCode int  `json:"exit_code"`
+	Signal   int  `json:"signal,omitempty"`
+	Killed   int  `json:"killed,omitempty"` // leftover processes killed
+	Stopped  bool `json:"stopped,omitempty"`
+	// Started is a service launcher's message that the command was
+	// exec'd; the final status follows when it ends.
+	Started  bool   `json:"started,omitempty"`
 	SetupErr string `json:"setup_error,omitempty"`
 	// FileErr is a file operation's failure (FileErrno its errno, if any).
 	FileErr   string `json:"file_error,omitempty"`
@@ -81,13 +100,15 @@ func (s *Sandbox) env(req map[string]string) []string {
 		"PWD":  s.cfg.Workdir,
 	}
 	if s.relay != nil {
-		// Everything through the proxy: the sandbox's own loopback holds
-		// nothing but the forwarder.
 		proxy := "http://" + bridge.Listen
 		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"} {
 			m[k] = proxy
 		}
-		m["NO_PROXY"], m["no_proxy"] = "", ""
+		// The sandbox's own loopback (its services, a test server) is
+		// reached directly, unless an allowed host is a loopback address
+		// (sandbox.NoProxy).
+		np := sandbox.NoProxy(s.cfg.Policy.AllowHosts, s.hostname)
+		m["NO_PROXY"], m["no_proxy"] = np, np
 	}
 	for k, v := range s.cfg.Env {
 		m[k] = v
@@ -113,26 +134,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	}
 	s.execMu.Lock()
 	defer s.execMu.Unlock()
-	cwd := s.cfg.Workdir
-	if req.Workdir != "" {
-		cwd = req.Workdir
-		if !filepath.IsAbs(cwd) {
-			cwd = filepath.Join(s.cfg.Workdir, cwd)
-		}
-	}
-	sp, mounts := s.launchSpec()
-	sp.Cwd = filepath.Clean(cwd)
-	sp.Argv = req.Argv
-	sp.Env = s.env(req.Env)
-	if s.cfg.User == "" {
-		sp.Caps = sandbox.ContainerCapabilities
-	}
-	if mb := s.cfg.Limits.MemoryMB; mb > 0 && !s.memoryByCgroup() {
-		sp.MemoryBytes = uint64(mb) << 20
-	}
-	if mb := s.cfg.Limits.FileSizeMB; mb > 0 {
-		sp.FSizeBytes = uint64(mb) << 20
-	}
+	sp := s.commandSpec(req)
 	timeout := req.Timeout
 	if timeout <= 0 {
 		timeout = s.cfg.CommandTimeout
@@ -144,18 +146,11 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	if limit <= 0 {
 		limit = sandbox.DefaultOutputLimit
 	}
-	var cg *limits.Cgroup
-	if s.cgroups != nil {
-		s.mu.Lock()
-		s.execs++
-		name := fmt.Sprintf("evalsi-landlock-%d-%s-%d", os.Getpid(), filepath.Base(s.state), s.execs)
-		s.mu.Unlock()
-		var err error
-		if cg, err = s.cgroups.New(name, s.cfg.Limits); err != nil {
-			return sandbox.ExecResult{}, fmt.Errorf("landlock exec: %w", err)
-		}
+	cg, err := s.newCgroup()
+	if err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("landlock exec: %w", err)
 	}
-	res, err := s.runLauncher(ctx, sp, mounts, cg, req.Stdin, timeout, limit)
+	res, err := s.runLauncher(ctx, sp, cg, req.Stdin, timeout, limit)
 	if err == nil && s.disk != nil {
 		if full, detail, ferr := s.disk.Full(); ferr == nil && full {
 			res.Denials = append(res.Denials, sandbox.Denial{Kind: "disk", Detail: detail})
@@ -184,6 +179,63 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	return res, nil
 }
 
+// commandSpec is the launcher's spec for req: a command (or service) in
+// the holder's root.
+func (s *Sandbox) commandSpec(req sandbox.ExecRequest) spec {
+	cwd := s.cfg.Workdir
+	if req.Workdir != "" {
+		cwd = req.Workdir
+		if !filepath.IsAbs(cwd) {
+			cwd = filepath.Join(s.cfg.Workdir, cwd)
+		}
+	}
+	sp := s.baseSpec()
+	sp.Cwd = filepath.Clean(cwd)
+	sp.Argv = req.Argv
+	sp.Env = s.env(req.Env)
+	sp.User = req.User
+	// HOME set explicitly (the environment's or the request's) wins over
+	// passwd's, as with docker exec.
+	_, inReq := req.Env["HOME"]
+	_, inCfg := s.cfg.Env["HOME"]
+	sp.KeepHome = inReq || inCfg
+	if s.cfg.User == "" {
+		sp.Caps = sandbox.ContainerCapabilities
+	}
+	if mb := s.cfg.Limits.MemoryMB; mb > 0 && !s.memoryByCgroup() {
+		sp.MemoryBytes = uint64(mb) << 20
+	}
+	if mb := s.cfg.Limits.FileSizeMB; mb > 0 {
+		sp.FSizeBytes = uint64(mb) << 20
+	}
+	return sp
+}
+
+// baseSpec is what every launcher is told: the root is the holder's.
+func (s *Sandbox) baseSpec() spec {
+	return spec{
+		Root:         "/",
+		ReadOnlyRoot: s.cfg.ReadOnlyRoot,
+		Workdir:      s.cfg.Workdir,
+		Network:      s.cfg.Policy.Network,
+		ProxyPort:    s.proxyPort,
+		ABI:          s.abi,
+	}
+}
+
+// newCgroup makes a cgroup for one command or service (nil without
+// cgroups).
+func (s *Sandbox) newCgroup() (*limits.Cgroup, error) {
+	if s.cgroups == nil {
+		return nil, nil
+	}
+	s.mu.Lock()
+	s.execs++
+	name := fmt.Sprintf("evalsi-landlock-%d-%s-%d", os.Getpid(), filepath.Base(s.state), s.execs)
+	s.mu.Unlock()
+	return s.cgroups.New(name, s.cfg.Limits)
+}
+
 func hasDenial(res sandbox.ExecResult, kind string) bool {
 	for _, d := range res.Denials {
 		if d.Kind == kind {
@@ -193,15 +245,11 @@ func hasDenial(res sandbox.ExecResult, kind string) bool {
 	return false
 }
 
-// launchSpec is what every launcher is given, and the host directories it
-// needs: the state directory and every lower, seen as mounts below scratch.
+// launchSpec is what the holder is given to build the root, and the host
+// directories it needs: the state directory and every lower, seen as
+// mounts below scratch.
 func (s *Sandbox) launchSpec() (spec, []hostMount) {
-	state := func(dir string) string {
-		if s.disk != nil && filepath.Dir(dir) == s.disk.Dir {
-			return inScratch("disk", filepath.Base(dir))
-		}
-		return inScratch("state", filepath.Base(dir))
-	}
+	state := s.inLauncher
 	sp := spec{
 		Root:         state(s.rootDir()),
 		ReadOnlyRoot: s.cfg.ReadOnlyRoot,
@@ -246,6 +294,15 @@ func (s *Sandbox) launchSpec() (spec, []hostMount) {
 	return sp, mounts
 }
 
+// inLauncher is where the holder sees dir, a directory of the state (or
+// disk) directory.
+func (s *Sandbox) inLauncher(dir string) string {
+	if s.disk != nil && filepath.Dir(dir) == s.disk.Dir {
+		return inScratch("disk", filepath.Base(dir))
+	}
+	return inScratch("state", filepath.Base(dir))
+}
+
 // reexecSelf is the binary the launcher runs from.
 func reexecSelf() (string, error) { return reexec.Self() }
 
@@ -255,120 +312,223 @@ func reexecSelf() (string, error) { return reexec.Self() }
 // 0700 go-build directory, a home directory).
 const selfExe = "/proc/self/exe"
 
-func (s *Sandbox) runLauncher(ctx context.Context, sp spec, mounts []hostMount, cg *limits.Cgroup, stdin []byte, timeout time.Duration, limit int) (sandbox.ExecResult, error) {
-	var res sandbox.ExecResult
-	self := selfExe
-	// fds 3 and 4 are the spec and status pipes; the mounts follow.
-	mountFiles, mfds, err := openMounts(mounts, s.nsFile, 5)
-	if err != nil {
-		return res, fmt.Errorf("landlock exec: %w", err)
+// launched is a launcher the holder started: the engine watches it
+// through its pidfd and reads its status when it ends.
+type launched struct {
+	pidfd   int
+	started chan struct{} // closed at a service's Started message
+	status  chan status   // closed without a value if it reported none
+	ended   chan struct{} // closed once status holds what it will
+	output  chan struct{}
+	outRs   []*os.File
+}
+
+// signal sends sig to the launcher (it kills the command, sweeps, and
+// reports on SIGTERM).
+func (l *launched) signal(sig syscall.Signal) {
+	unix.PidfdSendSignal(l.pidfd, sig, nil, 0)
+}
+
+// waitExit waits (at most d) for the launcher to exit, so its cgroup can
+// be removed, and closes the pidfd.
+func (l *launched) waitExit(d time.Duration) {
+	fds := []unix.PollFd{{Fd: int32(l.pidfd), Events: unix.POLLIN}}
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		n, err := unix.Poll(fds, int(time.Until(deadline)/time.Millisecond)+1)
+		if err == unix.EINTR {
+			continue
+		}
+		if n > 0 || err != nil {
+			break
+		}
 	}
-	defer func() {
-		for _, f := range mountFiles {
+	unix.Close(l.pidfd)
+}
+
+// launch starts a launcher for sp in the holder, in cgroup cg (when set),
+// with stdin fed from stdin and its stdout and stderr copied to stdout and
+// stderr (the same writer gets one pipe for both).
+func (s *Sandbox) launch(ctx context.Context, sp spec, cg *limits.Cgroup, stdin []byte, stdout, stderr io.Writer) (*launched, error) {
+	h, err := s.ensureHolder(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var mine, theirs []*os.File // our ends, the launcher's ends
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
 			f.Close()
 		}
-	}()
-	sp.Mounts = mfds
-	specR, specW, err := os.Pipe()
+	}
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		return
+	}
+	inR, inW, err := pipe()
 	if err != nil {
-		return res, fmt.Errorf("landlock exec: %w", err)
+		return nil, err
 	}
-	statR, statW, err := os.Pipe()
+	outR, outW, err := pipe()
 	if err != nil {
-		specR.Close()
-		specW.Close()
-		return res, fmt.Errorf("landlock exec: %w", err)
+		closeAll([]*os.File{inR, inW})
+		return nil, err
 	}
-	defer statR.Close()
-	stdout := sandbox.NewCappedBuffer(limit)
-	stderr := sandbox.NewCappedBuffer(limit)
-	cmd := exec.Command(self)
-	cmd.Env = []string{reexec.Env + "=" + launcherName}
-	cmd.Stdin = bytes.NewReader(stdin)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.ExtraFiles = append([]*os.File{specR, statW}, mountFiles...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setsid: true,
-		// If the engine dies, the launcher still kills what it started.
-		Pdeathsig:  syscall.SIGTERM,
-		Cloneflags: launcherNamespaces,
+	mine, theirs = []*os.File{inW, outR}, []*os.File{inR, outW}
+	errR, errW := outR, outW
+	if stderr != stdout {
+		if errR, errW, err = pipe(); err != nil {
+			closeAll(append(mine, theirs...))
+			return nil, err
+		}
+		mine, theirs = append(mine, errR), append(theirs, errW)
 	}
-	// Output pipes stay open only as long as something in the sandbox holds
-	// them, which the launcher prevents; this bounds a broken launcher.
-	cmd.WaitDelay = 10 * time.Second
-
-	start := time.Now()
-	err = s.idmap.Start(cmd, self)
-	specR.Close()
-	statW.Close()
+	specR, specW, err := pipe()
 	if err != nil {
-		specW.Close()
-		return res, fmt.Errorf("landlock exec: starting launcher %s: %w", self, err)
+		closeAll(append(mine, theirs...))
+		return nil, err
 	}
-	// The launcher waits for its spec, so it joins the cgroup (from here:
-	// as root of its namespace it may not write the host's cgroup files)
-	// before it starts anything.
+	statR, statW, err := pipe()
+	if err != nil {
+		closeAll(append(mine, theirs...))
+		closeAll([]*os.File{specR, specW})
+		return nil, err
+	}
+	mine, theirs = append(mine, specW, statR), append(theirs, specR, statW)
+	childFds := []*os.File{inR, outW, errW, specR, statW}
+	// The launcher puts the restricter, before it starts the command,
+	// into the cgroup through these: the kernel checks a cgroup.procs
+	// write against the opener's credentials, the engine's, which the
+	// sandbox's root lacks. The launcher itself stays out, so its own
+	// threads and memory count against none of the command's limits (a
+	// fork bomb at pids_max cannot starve it of threads).
 	if cg != nil {
-		for _, f := range cg.ProcsFiles() {
-			if err := os.WriteFile(f, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-				specW.Close()
-				cmd.Process.Kill()
-				cmd.Wait()
-				return res, fmt.Errorf("landlock exec: moving the launcher into cgroup %s: %w", f, err)
+		for _, p := range cg.ProcsFiles() {
+			f, err := os.OpenFile(p, os.O_WRONLY, 0)
+			if err != nil {
+				closeAll(append(mine, theirs...))
+				return nil, fmt.Errorf("opening cgroup %s: %w", p, err)
 			}
+			theirs, childFds = append(theirs, f), append(childFds, f)
+			sp.CgroupFDs = append(sp.CgroupFDs, len(childFds)-1) // its fd number there
 		}
 	}
+	pidfd, err := h.start(childFds)
+	closeAll(theirs)
+	if err != nil {
+		closeAll(mine)
+		return nil, err
+	}
+	l := &launched{pidfd: pidfd, started: make(chan struct{}), status: make(chan status, 1), ended: make(chan struct{}), output: make(chan struct{})}
 	go func() {
 		json.NewEncoder(specW).Encode(sp)
 		specW.Close()
 	}()
-	var statBuf bytes.Buffer
-	statDone := make(chan struct{})
 	go func() {
-		io.Copy(&statBuf, statR)
-		close(statDone)
+		inW.Write(stdin)
+		inW.Close()
 	}()
+	var copies sync.WaitGroup
+	copies.Add(1)
+	go func() { defer copies.Done(); io.Copy(stdout, outR) }()
+	l.outRs = []*os.File{outR}
+	if errR != outR {
+		l.outRs = append(l.outRs, errR)
+		copies.Add(1)
+		go func() { defer copies.Done(); io.Copy(stderr, errR) }()
+	}
+	go func() {
+		copies.Wait()
+		close(l.output)
+	}()
+	go func() {
+		defer statR.Close()
+		dec := json.NewDecoder(statR)
+		for {
+			var st status
+			if err := dec.Decode(&st); err != nil {
+				break
+			}
+			if st.Started {
+				close(l.started)
+				continue
+			}
+			l.status <- st
+			break
+		}
+		close(l.status)
+		close(l.ended)
+	}()
+	return l, nil
+}
 
-	waitErr := make(chan error, 1)
-	go func() { waitErr <- cmd.Wait() }()
+// finishOutput waits (at most d) for the output copies to end, which they
+// do once nothing in the sandbox holds the pipes, then closes our ends.
+func (l *launched) finishOutput(d time.Duration) {
+	select {
+	case <-l.output:
+	case <-time.After(d):
+		for _, f := range l.outRs {
+			f.Close()
+		}
+		<-l.output
+	}
+	for _, f := range l.outRs {
+		f.Close()
+	}
+}
+
+// runLauncher runs a command (or file operation) to its end.
+func (s *Sandbox) runLauncher(ctx context.Context, sp spec, cg *limits.Cgroup, stdin []byte, timeout time.Duration, limit int) (sandbox.ExecResult, error) {
+	var res sandbox.ExecResult
+	stdout := sandbox.NewCappedBuffer(limit)
+	stderr := sandbox.NewCappedBuffer(limit)
+	start := time.Now()
+	l, err := s.launch(ctx, sp, cg, stdin, stdout, stderr)
+	if err != nil {
+		return res, fmt.Errorf("landlock exec: %w", err)
+	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var werr error
 	stopped := false
 	var hardKill <-chan time.Time
 	cancelled := ctx.Done()
+	var st status
+	var gotStatus bool
 loop:
 	for {
 		select {
-		case werr = <-waitErr:
+		case st, gotStatus = <-l.status:
 			break loop
 		case <-timer.C:
 			res.TimedOut = true
 			stopped = true
 			// The launcher kills the command and everything it left, then exits.
-			cmd.Process.Signal(syscall.SIGTERM)
+			l.signal(syscall.SIGTERM)
 			hardKill = time.After(10 * time.Second)
 		case <-cancelled:
 			cancelled = nil
 			stopped = true
-			cmd.Process.Signal(syscall.SIGTERM)
+			l.signal(syscall.SIGTERM)
 			hardKill = time.After(10 * time.Second)
 		case <-hardKill:
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			l.signal(syscall.SIGKILL)
 			hardKill = nil
 		}
 	}
-	<-statDone
+	// Output pipes stay open only as long as something in the sandbox
+	// holds them, which the launcher's sweep prevents; this bounds a
+	// broken launcher.
+	l.finishOutput(10 * time.Second)
+	l.waitExit(10 * time.Second)
 	res.Duration = time.Since(start)
 	res.Stdout, res.Stderr = stdout.Bytes(), stderr.Bytes()
 	res.Truncated = stdout.Truncated() || stderr.Truncated()
 
-	var st status
-	if err := json.Unmarshal(statBuf.Bytes(), &st); err != nil {
+	if !gotStatus {
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("landlock exec: %w", ctx.Err())
 		}
-		return res, fmt.Errorf("landlock exec: launcher ended without a status (%v): %s", werr, strings.TrimSpace(string(res.Stderr)))
+		return res, fmt.Errorf("landlock exec: launcher ended without a status: %s", strings.TrimSpace(string(res.Stderr)))
 	}
 	if st.SetupErr != "" {
 		return res, fmt.Errorf("landlock exec: setting up the sandbox: %s", st.SetupErr)
@@ -420,12 +580,12 @@ func looksLikeOOM(st status, stderr []byte) bool {
 	return false
 }
 
-// launcherNamespaces are the launcher's namespaces besides its user
+// launcherNamespaces are the holder's namespaces besides its user
 // namespace: its own mounts, PID namespace (it is init: when it exits,
 // everything left in the sandbox dies, and host processes are not in its
 // /proc), network namespace (loopback only: deny has no route anywhere,
 // allowlist and allow reach only the forwarded egress proxy), IPC and
-// hostname.
+// hostname. Each launcher adds a PID and mount namespace of its own.
 const launcherNamespaces = syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
 
 // probeUserNS starts `true`-equivalent: the engine re-executed with the

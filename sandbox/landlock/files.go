@@ -142,14 +142,14 @@ func (e *launcherFileError) Unwrap() error {
 	return e.errno
 }
 
-// fileInSandbox runs op in a launcher: data is what to write; it returns
-// what was read.
+// fileInSandbox runs op in a launcher (in the holder's root, as root of
+// the sandbox): data is what to write; it returns what was read.
 func (s *Sandbox) fileInSandbox(ctx context.Context, op fileOp, data []byte) ([]byte, error) {
 	s.execMu.Lock()
 	defer s.execMu.Unlock()
-	sp, mounts := s.launchSpec()
+	sp := s.baseSpec()
 	sp.File = &op
-	res, err := s.runLauncher(ctx, sp, mounts, nil, data, time.Minute, sandbox.MaxReadFile)
+	res, err := s.runLauncher(ctx, sp, nil, data, time.Minute, sandbox.MaxReadFile)
 	if err != nil {
 		return nil, err
 	}

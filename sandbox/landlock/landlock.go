@@ -68,10 +68,6 @@ func (r *Rung) Probe(ctx context.Context) sandbox.Probe {
 		p.Reason = err.Error()
 		return p
 	}
-	if abi < 4 {
-		p.Reason = fmt.Sprintf("landlock ABI %d has no TCP rules (need 4, Linux 6.7)", abi)
-		return p
-	}
 	if _, err := reexecSelf(); err != nil {
 		p.Reason = err.Error()
 		return p
@@ -142,9 +138,6 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 		return nil, fmt.Errorf("creating landlock sandbox: unknown network mode %q (deny, allowlist or allow)", net)
 	}
 	cfg.Policy.Network = net
-	if abi < 4 && net != sandbox.NetworkAllow {
-		return nil, fmt.Errorf("creating landlock sandbox: landlock ABI %d cannot restrict TCP (network %s needs ABI 4)", abi, net)
-	}
 
 	cgs, cgNote, err := limits.Detect(cfg.Limits.Cgroup, limits.ThisHost())
 	if err != nil {
@@ -260,6 +253,15 @@ type Sandbox struct {
 	// use by two mounts at once.
 	execMu sync.Mutex
 
+	// hostname is the sandbox's (also in etcDir's files).
+	hostname string
+
+	// holdMu guards the holder (holder.go), started at the first
+	// command, and the services it runs.
+	holdMu   sync.Mutex
+	holder   *holder
+	services []*service
+
 	mu          sync.Mutex
 	execs       int
 	closed      bool
@@ -283,12 +285,17 @@ func (s *Sandbox) rootDir() string  { return filepath.Join(s.state, "root") }
 func (s *Sandbox) upperDir() string { return filepath.Join(s.writable(), "upper") }
 func (s *Sandbox) ovlWork() string  { return filepath.Join(s.writable(), "ovlwork") }
 func (s *Sandbox) baseDir() string  { return filepath.Join(s.state, "base") }
+func (s *Sandbox) etcDir() string   { return filepath.Join(s.writable(), "etc") }
 func (s *Sandbox) hasImage() bool   { return s.cfg.Root != "" }
 
 // prepare makes the state directories and fills the workdir from the
 // layers' copies of it (a bound workdir hides what the layers hold there).
 func (s *Sandbox) prepare() error {
 	dirs := []string{s.workDir(), s.tmpDir(), s.rootDir(), s.upperDir(), s.ovlWork(), s.baseDir()}
+	var err error
+	if s.hostname, err = writeEtcFiles(s.etcDir()); err != nil {
+		return err
+	}
 	if s.hasImage() {
 		if fi, err := os.Stat(s.cfg.Root); err != nil || !fi.IsDir() {
 			return fmt.Errorf("image root %q is not a directory", s.cfg.Root)
@@ -350,10 +357,10 @@ func (s *Sandbox) Report() sandbox.Report {
 	rep.Limits = append(rep.Limits, fmt.Sprintf("landlock ABI %d filesystem rules", s.abi))
 	switch s.cfg.Policy.Network {
 	case sandbox.NetworkDeny:
-		rep.Limits = append(rep.Limits, "network namespace with only loopback", "landlock TCP bind/connect denied", "seccomp: UDP, raw, MPTCP sockets denied")
+		rep.Limits = append(rep.Limits, "network namespace with only loopback", "seccomp: UDP, raw, MPTCP sockets denied; TCP connects beyond loopback refused and recorded")
 	case sandbox.NetworkAllowlist:
 		rep.Limits = append(rep.Limits, "network namespace with only loopback and the forwarded egress proxy",
-			fmt.Sprintf("landlock TCP connect only to port %d (the forwarder)", s.proxyPort), "seccomp: UDP, raw, MPTCP sockets denied")
+			"seccomp: UDP, raw, MPTCP sockets denied; TCP connects beyond loopback refused and recorded")
 	case sandbox.NetworkAllow:
 		rep.Limits = append(rep.Limits, "network namespace with only loopback and the forwarded egress proxy")
 	}
@@ -379,9 +386,10 @@ func (s *Sandbox) Report() sandbox.Report {
 		rep.Notes = append(rep.Notes, "image, layers and sandbox state are idmapped mounts: stored unshifted, owned by the mapped ids inside")
 	}
 	rep.Notes = append(rep.Notes,
-		"own user, mount, PID, network, IPC and UTS namespaces; /proc read-only with Docker's masked paths hidden; no /sys",
+		"own user, mount, network, IPC and UTS namespaces held by the sandbox's init; each command and service in a PID namespace of its own; /proc read-only with Docker's masked paths hidden; no /sys",
 		"Landlock and seccomp (ptrace, io_uring; socket families) apply on top of the capabilities",
-		"leftover processes die with the launcher, init of the sandbox's PID namespace, when each command ends")
+		"a command's leftover processes die with its launcher, init of its PID namespace, when it ends; services run until they exit or the sandbox closes",
+		"hostname "+s.hostname+"; /etc/hostname, /etc/hosts and /etc/resolv.conf are the sandbox's own, as Docker writes them")
 	if s.cfg.User != "" {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("user %q requested; commands run as uid 0 without capabilities", s.cfg.User))
 	}
@@ -391,15 +399,19 @@ func (s *Sandbox) Report() sandbox.Report {
 	return rep
 }
 
-// Close removes the sandbox's state (snapshots excepted). Nothing runs
-// between Execs, so there is nothing to kill.
+// Close kills the holder, and with it every service and anything else
+// left, and removes the sandbox's state (snapshots excepted).
 func (s *Sandbox) Close(ctx context.Context) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return nil
 	}
 	s.closed = true
+	s.mu.Unlock()
+	s.stopHolder()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var errs []error
 	if s.disk != nil {
 		errs = append(errs, s.disk.Unmount())
@@ -412,7 +424,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		errs = append(errs, removeAll(s.state))
 		return errors.Join(errs...)
 	}
-	for _, d := range []string{s.workDir(), s.tmpDir(), s.rootDir(), s.upperDir(), s.ovlWork(), s.baseDir()} {
+	for _, d := range []string{s.workDir(), s.tmpDir(), s.rootDir(), s.upperDir(), s.ovlWork(), s.baseDir(), s.etcDir()} {
 		errs = append(errs, removeAll(d))
 	}
 	return errors.Join(errs...)
@@ -464,6 +476,14 @@ func (s *Sandbox) Snapshot(ctx context.Context) (sandbox.Layer, error) {
 	n := s.snapshots
 	s.snapshotted = true
 	s.mu.Unlock()
+	// The holder has the overlay mounted; it (and any service) ends
+	// here, as the sandbox may only be closed afterwards. Mount points it
+	// created for the /etc files are not the sandbox's changes.
+	for _, p := range s.stopHolder() {
+		if err := removeMountPoint(s.upperDir(), p); err != nil {
+			return sandbox.Layer{}, fmt.Errorf("snapshotting landlock sandbox: %w", err)
+		}
+	}
 	layer := filepath.Join(s.state, "snapshots", strconv.Itoa(n))
 	if err := os.MkdirAll(filepath.Dir(layer), 0o755); err != nil {
 		return sandbox.Layer{}, fmt.Errorf("snapshotting landlock sandbox: %w", err)
@@ -499,10 +519,4 @@ func exitStatus(ws syscall.WaitStatus) int {
 		return 128 + int(ws.Signal())
 	}
 	return -1
-}
-
-// StartService is not offered yet by this rung: no process outlives the
-// command that started it.
-func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sandbox.Service, error) {
-	return nil, fmt.Errorf("starting a service: %w on this rung", errors.ErrUnsupported)
 }

@@ -260,7 +260,9 @@ print("REACHED")`}
 			}
 			if tc.policy.Network != sandbox.NetworkDeny {
 				env := run(t, sb, "sh", "-c", "echo $HTTPS_PROXY $NO_PROXY.")
-				if want := "http://127.0.0.1:3128 ."; strings.TrimSpace(string(env.Stdout)) != want {
+				// The sandbox's own loopback names, its hostname last.
+				want := "http://127.0.0.1:3128 localhost,127.0.0.1,::1,127.0.1.1,"
+				if !strings.HasPrefix(strings.TrimSpace(string(env.Stdout)), want) {
 					t.Errorf("HTTPS_PROXY NO_PROXY = %q, want %q", env.Stdout, want)
 				}
 				if rep := sb.Report(); rep.ProxyAddr != tc.policy.ProxyAddr {
@@ -359,7 +361,7 @@ func TestFileSizeLimit(t *testing.T) {
 func miniRoot(t testing.TB) string {
 	t.Helper()
 	root := t.TempDir()
-	bins := []string{"/usr/bin/dash", "/usr/bin/cat", "/usr/bin/ls", "/usr/bin/rm", "/usr/bin/mkdir", "/usr/bin/ln", "/usr/bin/mkfifo", "/usr/bin/dd"}
+	bins := []string{"/usr/bin/dash", "/usr/bin/cat", "/usr/bin/ls", "/usr/bin/rm", "/usr/bin/mkdir", "/usr/bin/ln", "/usr/bin/mkfifo", "/usr/bin/dd", "/usr/bin/mv"}
 	files := map[string]bool{}
 	for _, b := range bins {
 		files[b] = true
@@ -410,11 +412,19 @@ func TestImageRootSnapshotRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb.Close(ctx)
+	// The mount points made for the /etc files are no change of the
+	// sandbox's.
+	for _, f := range []string{"etc/hostname", "etc/hosts", "etc/resolv.conf"} {
+		if _, err := os.Lstat(filepath.Join(layer.Dir, f)); err == nil {
+			t.Errorf("the snapshot layer holds %s", f)
+		}
+	}
 
 	for i := range 2 {
 		sb2 := newSandbox(t, sandbox.Config{Root: root, Layers: []sandbox.Layer{layer}})
 		res := run(t, sb2, "sh", "-c", "cat /etc/added made.txt seed.txt; ls /etc; echo trial > made.txt")
-		if res.ExitCode != 0 || string(res.Stdout) != "setup\nw\nseedadded\n" {
+		// /etc's hostname, hosts and resolv.conf are the new sandbox's own.
+		if res.ExitCode != 0 || string(res.Stdout) != "setup\nw\nseedadded\nhostname\nhosts\nresolv.conf\n" {
 			t.Fatalf("trial %d: exit %d stdout %q stderr %q", i, res.ExitCode, res.Stdout, res.Stderr)
 		}
 		if b, err := sb2.ReadFile(ctx, "/etc/added"); err != nil || string(b) != "setup\n" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -39,9 +40,12 @@ func init() {
 }
 
 // launch is the launcher: fd 3 carries the spec, fd 4 takes the status.
-// It runs in its own mount namespace, builds the root, starts the
+// The holder starts it in the sandbox's namespaces (its root is the
+// sandbox's) with a PID and mount namespace of its own: it mounts that
+// PID namespace's /proc, resolves the command's user, starts the
 // restricter, waits, then kills whatever the command left behind.
 func launch([]string) int {
+	cloexecFrom3()
 	specF := os.NewFile(3, "spec")
 	statF := os.NewFile(4, "status")
 	report := func(st status) int {
@@ -58,38 +62,30 @@ func launch([]string) int {
 	if err != nil {
 		return report(status{SetupErr: "reading launcher spec: " + err.Error()})
 	}
-	// The engine has put us in the command's cgroup. We are init of the
-	// sandbox's PID namespace: orphans of the command reparent to us.
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return report(status{SetupErr: "making mounts private: " + err.Error()})
+	cgroupFiles := make([]*os.File, len(sp.CgroupFDs))
+	for i, fd := range sp.CgroupFDs {
+		cgroupFiles[i] = os.NewFile(uintptr(fd), "cgroup.procs")
 	}
-	if err := attachMounts(sp.Mounts); err != nil {
+	// We are init of the command's PID namespace: orphans of the command
+	// reparent to us.
+	if err := mountProc(); err != nil {
 		return report(status{SetupErr: err.Error()})
 	}
-	if err := loopbackUp(); err != nil {
-		return report(status{SetupErr: err.Error()})
-	}
-	if sp.Relay != "" && sp.File == nil {
-		// Dialled through a descriptor: the relay is outside the root
-		// the launcher pivots into.
-		dir, err := unix.Open(filepath.Dir(sp.Relay), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return report(status{SetupErr: "opening the egress relay: " + err.Error()})
-		}
-		relay := fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(sp.Relay))
-		if err := forward(fmt.Sprintf("127.0.0.1:%d", sp.ProxyPort), relay); err != nil {
-			return report(status{SetupErr: err.Error()})
-		}
-	}
-	if err := buildRoot(sp); err != nil {
-		return report(status{SetupErr: "building sandbox root: " + err.Error()})
-	}
-	if err := pivotInto(sp.Root); err != nil {
-		return report(status{SetupErr: "entering the sandbox root: " + err.Error()})
-	}
-	sp.Root = "/"
 	if sp.File != nil {
 		return report(doFile(sp))
+	}
+	if sp.User != "" {
+		c, err := resolveUser(sp.User)
+		if err == nil {
+			err = checkMapped(c)
+		}
+		if err != nil {
+			return report(status{SetupErr: err.Error()})
+		}
+		sp.Cred = &c
+		if !sp.KeepHome {
+			sp.Env = setEnv(sp.Env, "HOME", c.Home)
+		}
 	}
 
 	specR, specW, err := os.Pipe()
@@ -119,6 +115,18 @@ func launch([]string) int {
 		unix.Close(pair[0])
 		return report(status{SetupErr: "starting restricter: " + err.Error()})
 	}
+	// It waits for its spec: it (and so the command) joins the command's
+	// cgroup before anything runs.
+	for _, f := range cgroupFiles {
+		_, err := f.Write([]byte(strconv.Itoa(cmd.Process.Pid)))
+		f.Close()
+		if err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			unix.Close(pair[0])
+			return report(status{SetupErr: "moving the command into its cgroup: " + err.Error()})
+		}
+	}
 	stop := make(chan struct{})
 	supDone := make(chan *supervisor, 1)
 	go func() {
@@ -129,7 +137,7 @@ func launch([]string) int {
 			return
 		}
 		defer unix.Close(fd)
-		sup := supervise(fd, filepath.Join(sp.Root, "proc"), sp.ProxyPort, sp.Network == sandbox.NetworkAllowlist)
+		sup := supervise(fd, "/proc", sp.ProxyPort, sp.Network == sandbox.NetworkAllowlist)
 		sup.run(stop)
 		supDone <- sup
 	}()
@@ -140,6 +148,18 @@ func launch([]string) int {
 	os.Stdin.Close()
 	os.Stdout.Close()
 	os.Stderr.Close()
+	// The restricter's error pipe is close-on-exec: EOF with nothing
+	// written means the command was exec'd, which a service's starter
+	// waits for (so a bad user or workdir is StartService's error).
+	setupErrC := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(errR)
+		errR.Close()
+		if len(b) == 0 && sp.Service {
+			json.NewEncoder(statF).Encode(status{Started: true})
+		}
+		setupErrC <- b
+	}()
 
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -152,8 +172,7 @@ func launch([]string) int {
 		cmd.Process.Kill()
 		<-done
 	}
-	setupErr, _ := io.ReadAll(errR)
-	errR.Close()
+	setupErr := <-setupErrC
 	st.Killed = sweep()
 	close(stop)
 	if sup := <-supDone; sup != nil {
@@ -170,6 +189,28 @@ func launch([]string) int {
 		}
 	}
 	return report(st)
+}
+
+// mountProc mounts the launcher's PID namespace's /proc over the holder's
+// (in the launcher's own copy of the mount namespace), read-only as a
+// whole with sandbox.MaskedPaths hidden, so the command sees its own
+// processes only.
+func mountProc() error {
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting /proc: %w", err)
+	}
+	return maskPaths("/", "/proc/")
+}
+
+// setEnv sets k=v in env, replacing any k.
+func setEnv(env []string, k, v string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, k+"=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, k+"="+v)
 }
 
 // sweep SIGKILLs every other process of the sandbox's PID namespace (kill
@@ -254,8 +295,9 @@ func forward(listen, relay string) error {
 
 var devFiles = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
-// buildRoot assembles the sandbox root at sp.Root in the launcher's private
-// mount namespace.
+// buildRoot assembles the sandbox root at sp.Root in the holder's private
+// mount namespace (read-only, with ReadOnlyRoot, once the /etc files are
+// bound: placeEtcFiles may need to create their mount points).
 func buildRoot(sp spec) error {
 	root := sp.Root
 	lowers := make([]string, len(sp.Lowers))
@@ -340,15 +382,7 @@ func buildRoot(sp spec) error {
 	if err := unix.Mount("proc", proc, "proc", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /proc: %w", err)
 	}
-	if err := maskPaths(root); err != nil {
-		return err
-	}
-	if sp.ReadOnlyRoot {
-		if err := unix.Mount("", root, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|lockedFlags(root), ""); err != nil {
-			return fmt.Errorf("making the root read-only: %w", err)
-		}
-	}
-	return nil
+	return maskPaths(root, "/")
 }
 
 // pivotInto makes root the launcher's (and so the sandbox's) root and
@@ -370,10 +404,14 @@ func pivotInto(root string) error {
 	return unix.Chdir("/")
 }
 
-// maskPaths hides sandbox.MaskedPaths that exist below root: a file under
-// /dev/null, a directory under an empty read-only tmpfs.
-func maskPaths(root string) error {
+// maskPaths hides sandbox.MaskedPaths starting with prefix that exist
+// below root: a file under /dev/null, a directory under an empty read-only
+// tmpfs.
+func maskPaths(root, prefix string) error {
 	for _, p := range sandbox.MaskedPaths {
+		if !strings.HasPrefix(p, prefix) {
+			continue
+		}
 		dst := filepath.Join(root, p)
 		fi, err := os.Lstat(dst)
 		if err != nil {
@@ -501,8 +539,13 @@ func restrict([]string) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	if err := limitCaps(capLast, keep); err != nil {
+	if err := limitCaps(capLast, keep, sp.Cred); err != nil {
 		return fail("limiting capabilities: %v", err)
+	}
+	// The command gets stdin, stdout and stderr only, whatever reached
+	// this process without close-on-exec.
+	if err := cloexecFrom3(); err != nil {
+		return fail("marking descriptors close-on-exec: %v", err)
 	}
 	// Limits last: RLIMIT_AS can be below what this Go process already
 	// maps, so nothing may allocate between here and execve.
@@ -528,6 +571,15 @@ func restrict([]string) int {
 	}
 	return 126
 }
+
+// closeRangeCloexec is CLOSE_RANGE_CLOEXEC (linux/close_range.h).
+const closeRangeCloexec = 1 << 2
+
+// cloexecFrom3 marks every descriptor from 3 on close-on-exec. Go opens
+// its own so, but a process keeps what it inherited without the flag (a
+// pipe or socket from the engine's parent), and each helper passes on only
+// what it names: the holder, launchers and the command get nothing else.
+func cloexecFrom3() error { return unix.CloseRange(3, math.MaxUint32, closeRangeCloexec) }
 
 // lookPath resolves a command name with the command's PATH.
 func lookPath(name string, env []string) (string, error) {
@@ -564,9 +616,12 @@ func applyLandlock(sp spec) error {
 		return fmt.Errorf("unsupported landlock ABI %d", sp.ABI)
 	}
 	cfg := landlockConfigs[sp.ABI]
-	if sp.Network == sandbox.NetworkAllow {
-		cfg.HandledAccessNet = 0
-	}
+	// No TCP rules: the sandbox's network namespace holds only loopback
+	// (and, for allowlist and allow, the forwarder on it), which is the
+	// boundary; commands and services bind and reach loopback ports as in
+	// a container with network none. Landlock's rules name ports, not
+	// addresses, so they could not allow loopback alone.
+	cfg.HandledAccessNet = 0
 	rw := func(r landlock.FSRule) landlock.FSRule {
 		if sp.ABI >= 2 {
 			return r.WithRefer()
@@ -585,9 +640,6 @@ func applyLandlock(sp spec) error {
 		rules = append(rules, landlock.RODirs("/"))
 	} else {
 		rules = append(rules, rw(landlock.RWDirs("/")))
-	}
-	if sp.Network == sandbox.NetworkAllowlist && sp.ProxyPort != 0 {
-		rules = append(rules, landlock.ConnectTCP(sp.ProxyPort))
 	}
 	return cfg.Restrict(rules...)
 }
@@ -615,11 +667,14 @@ func capSet(names []string) (map[uintptr]bool, error) {
 }
 
 // limitCaps narrows the calling thread to keep: the bounding set loses
-// every other capability, ambient is cleared, and permitted, effective and
-// inheritable become keep, which uid 0 (of the sandbox's namespace) then
-// holds after execve. These are capabilities in the sandbox's user
+// every other capability, ambient is cleared, the thread becomes c (when
+// set), and permitted, effective and inheritable become keep, which uid 0
+// (of the sandbox's namespace) then holds after execve; any other uid
+// holds none, as a non-root user in a container (switching every uid away
+// from 0 clears them, and no_new_privs keeps file capabilities and setuid
+// bits from granting any). These are capabilities in the sandbox's user
 // namespace only; outside it, its root is an unprivileged uid.
-func limitCaps(last int, keep map[uintptr]bool) error {
+func limitCaps(last int, keep map[uintptr]bool, c *cred) error {
 	for c := 0; c <= last; c++ {
 		if keep[uintptr(c)] {
 			continue
@@ -630,6 +685,14 @@ func limitCaps(last int, keep map[uintptr]bool) error {
 	}
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && err != unix.EINVAL {
 		return fmt.Errorf("clearing ambient capabilities: %w", err)
+	}
+	if c != nil {
+		if err := setCred(*c); err != nil {
+			return err
+		}
+		if c.UID != 0 {
+			keep = nil
+		}
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData

@@ -17,4 +17,10 @@ func TestNonRootEngine(t *testing.T) { engineuser.RerunEach(t, "TestAsEngineUser
 func TestAsEngineUser(t *testing.T) {
 	engineuser.WantUIDMap(t)
 	engineuser.Check(t, newSandbox(t, sandbox.Config{}), sandbox.ContainerCapabilities)
+	// The holder's paths as this user: a per-command user (or the error
+	// for one outside a map of root alone), a service that outlives
+	// commands and runs as its user's mapped id, and the /etc files.
+	t.Run("ExecUserMap", TestExecUserMap)
+	t.Run("Service", TestServiceOutlivesCommandsNotTheirLeftovers)
+	t.Run("EtcFiles", TestEtcFilesWithReadOnlyRoot)
 }

@@ -20,9 +20,12 @@ import (
 // the filter's listener), which answers each with the errno the filter
 // would have returned and counts it; the counts become the command's
 // denials. connect(2) under deny and allowlist is notified too, to see the
-// address: the launcher lets through what Landlock allows (AF_UNIX, the
-// forwarder) and refuses, and records, the rest, so the answer is never
-// more permissive than Landlock, which still checks every connect.
+// address: the launcher lets through AF_UNIX and loopback (the sandbox's
+// own services, the forwarder) and refuses, and records, the rest. The
+// address is read from the caller's memory, which it could change before
+// the kernel reads it again; that is harmless because the network
+// namespace, which holds only loopback, is what contains: this answer only
+// makes the attempt visible.
 
 // seccompNotif and seccompNotifResp are struct seccomp_notif and
 // seccomp_notif_resp (linux/seccomp.h).
@@ -130,7 +133,7 @@ func (s *supervisor) judgeConnect(req *seccompNotif) (sandbox.Denial, unix.Errno
 		}
 		port := binary.BigEndian.Uint16(buf[2:4])
 		ip := net.IP(buf[4:8])
-		if s.allowlist && port == s.proxyPort && ip.Equal(net.IPv4(127, 0, 0, 1)) {
+		if ip.IsLoopback() {
 			return sandbox.Denial{}, 0, false
 		}
 		addr = net.JoinHostPort(ip.String(), strconv.Itoa(int(port)))
@@ -139,7 +142,11 @@ func (s *supervisor) judgeConnect(req *seccompNotif) (sandbox.Denial, unix.Errno
 			return sandbox.Denial{}, 0, false
 		}
 		port := binary.BigEndian.Uint16(buf[2:4])
-		addr = net.JoinHostPort(net.IP(buf[8:24]).String(), strconv.Itoa(int(port)))
+		ip := net.IP(buf[8:24])
+		if ip.IsLoopback() {
+			return sandbox.Denial{}, 0, false
+		}
+		addr = net.JoinHostPort(ip.String(), strconv.Itoa(int(port)))
 	default:
 		return sandbox.Denial{}, 0, false // unix, netlink: not the network
 	}

@@ -1,8 +1,11 @@
 package landlock
 
 import (
+	"log/slog"
 	"testing"
 
+	"evals.si/image"
+	"evals.si/internal/testenv/benchimage"
 	"evals.si/sandbox"
 	"evals.si/sandbox/limits"
 	"evals.si/sandbox/sandboxtest"
@@ -14,6 +17,9 @@ func suiteOptions() sandboxtest.Options {
 		Uncontained: map[string]string{},
 		NotRun:      map[string]string{},
 	}
+	// Users are added to an image's /etc as a Dockerfile's useradd would;
+	// without an image /etc is the host's, read-only.
+	o.Users = func(t *testing.T, c *sandbox.Config) { c.Root = debianRoot(t) }
 	// Without a cgroup nothing caps the number of processes.
 	if cgs, note, err := limits.Detect("auto", limits.ThisHost()); err != nil || cgs == nil {
 		o.NotRun[sandboxtest.RowForkBomb] = "no usable cgroup on this host, so no process cap (" + note + ")"
@@ -37,3 +43,18 @@ func TestConformanceWithoutCgroup(t *testing.T) {
 }
 
 func TestEscapes(t *testing.T) { sandboxtest.Escapes(t, newRung, suiteOptions()) }
+
+// debianRoot unpacks the local Debian image (scripts/build-local-image.sh).
+func debianRoot(t *testing.T) string {
+	t.Helper()
+	ref := benchimage.Ref(t, "../..")
+	store, err := image.Open(t.TempDir(), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := store.Resolve(t.Context(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img.Root
+}

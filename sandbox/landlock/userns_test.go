@@ -246,7 +246,12 @@ func TestBlockedAttemptsAreDenials(t *testing.T) {
 	}{
 		{"udp", deny, `s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)`, []string{"network:socket (AF_INET, SOCK_DGRAM (UDP, DNS)) refused"}},
 		{"tcp under deny", deny, `socket.create_connection(("10.1.2.3", 443), 2)`, []string{"network:TCP connect to 10.1.2.3:443 refused (network deny)"}},
-		{"tcp elsewhere under allowlist", allowlist, `socket.create_connection(("127.0.0.1", 22), 2)`, []string{"network:TCP connect to 127.0.0.1:22 refused (network allowlist"}},
+		{"tcp elsewhere under allowlist", allowlist, `socket.create_connection(("10.1.2.3", 22), 2)`, []string{"network:TCP connect to 10.1.2.3:22 refused (network allowlist"}},
+		{"tcp6 under deny", deny, `socket.create_connection(("2001:db8::1", 443), 2)`, []string{"network:TCP connect to [2001:db8::1]:443 refused (network deny)"}},
+		// The sandbox's own loopback (a service, a test server) is not the
+		// network: reaching it is no denial, under either policy.
+		{"loopback under deny", deny, `socket.create_connection(("127.0.0.1", 22), 2)`, nil},
+		{"loopback under allowlist", allowlist, `socket.create_connection(("127.0.0.1", 22), 2)`, nil},
 		{"the forwarder under allowlist", allowlist, `print(socket.create_connection(("127.0.0.1", 3128), 2).recv(10))`, nil},
 		{"a unix socket", deny, `l = socket.socket(socket.AF_UNIX); l.bind("/tmp/s"); l.listen(); c = socket.socket(socket.AF_UNIX); c.connect("/tmp/s")`, nil},
 		{"ptrace", deny, `import ctypes; ctypes.CDLL(None).ptrace(16, os.getppid(), 0, 0)`, []string{"syscall:ptrace refused"}},
