@@ -40,13 +40,22 @@
 // are not seen.
 //
 // Exec uses the exec API. The API cannot kill an exec, so when a command
-// ends or times out a second exec, as the command's user, SIGKILLs every
-// process in the container except pid 1: this kills what the command left
-// running and, on timeout, the command itself. Both need /bin/sh in the
-// image. Commands run as Config.User, else the image's user, else root. An
-// exec that dies by SIGKILL under a memory limit when docker reports
-// OOMKilled (or without any other SIGKILL source) is reported as an "oom"
-// denial.
+// ends or times out a second exec, as root, SIGKILLs every process in the
+// container except pid 1 and the services' (StartService, service.go):
+// this kills what the command left running and, on timeout, the command
+// itself. Both need /bin/sh in the image. Commands run as
+// ExecRequest.User, else Config.User, else the image's user, else root;
+// Docker resolves the user in the container's own /etc/passwd and
+// /etc/group at each exec (supplementary groups, and HOME unless the
+// environment sets one), and a user it cannot run as is an error from
+// Exec. An exec that dies by SIGKILL under a memory limit when docker
+// reports OOMKilled (or without any other SIGKILL source) is reported as
+// an "oom" denial.
+//
+// /etc/hosts, /etc/hostname and /etc/resolv.conf are Docker's, written
+// per container over the image's (and not in a snapshot). The hostname is
+// 12 random hex digits; under --network none, where Docker's hosts file
+// has no line for it, it is added as 127.0.1.1.
 //
 // Network allowlist, and allow with an egress proxy (the engine gives one:
 // Docker's bridge reaches every host address but 127.0.0.1), keep
@@ -61,6 +70,8 @@ package docker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -211,9 +222,21 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 		}
 	}
 
-	env := map[string]string{"PATH": defaultPath, "HOME": cfg.Workdir}
+	// No HOME unless the config sets one: as under Docker, each exec then
+	// gets its user's home from the container's /etc/passwd ("/" for a uid
+	// without an entry). The host's system directories have no homes in
+	// them, so there HOME stays the workdir.
+	env := map[string]string{"PATH": defaultPath}
+	if hostSys != nil {
+		env["HOME"] = cfg.Workdir
+	}
 	for k, v := range cfg.Env {
 		env[k] = v
+	}
+	hostname, err := newHostname()
+	if err != nil {
+		eg.close()
+		return nil, fmt.Errorf("creating docker sandbox: %w", err)
 	}
 	ccfg := &container.Config{
 		Image:      img,
@@ -221,6 +244,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 		Cmd:        []string{"/bin/sh", "-c", keeperScript},
 		Env:        envList(env),
 		WorkingDir: cfg.Workdir,
+		Hostname:   hostname,
 		// Root: Docker gives an exec the container user's capabilities,
 		// none for a non-root one. The keeper is pid 1, out of reach of
 		// signals from inside whatever its uid (keeper.go).
@@ -248,6 +272,13 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 	}
 	if cfg.Policy.Network == sandbox.NetworkAllow && eg == nil {
 		hcfg.NetworkMode = "bridge"
+	} else {
+		// Docker writes /etc/hosts, /etc/hostname and /etc/resolv.conf
+		// over the image's in every mode, but under --network none its
+		// hosts file has no line for the hostname (on a bridge it is the
+		// container's address): the hostname resolves to 127.0.1.1, on
+		// loopback, the only interface there is.
+		hcfg.ExtraHosts = []string{hostname + ":" + hostnameAddr}
 	}
 	if mb := cfg.Limits.MemoryMB; mb > 0 {
 		hcfg.Memory = int64(mb) << 20
@@ -288,7 +319,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 		}
 		return nil, fmt.Errorf("creating docker container from %s: %w", img, err)
 	}
-	s := &Sandbox{cli: cli, id: created.ID, cfg: cfg, image: img, pids: pids, hostSys: hostSys != nil, binds: hostSys, egress: eg, uidMap: daemon.uidMap}
+	s := &Sandbox{cli: cli, id: created.ID, cfg: cfg, hostname: hostname, image: img, pids: pids, hostSys: hostSys != nil, binds: hostSys, egress: eg, uidMap: daemon.uidMap}
 	if mb := cfg.Limits.DiskMB; mb > 0 {
 		if s.disk, err = daemon.boundDisk(ctx, cli, created.ID, mb); err != nil {
 			s.Close(ctx)
@@ -328,6 +359,20 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 	return s, nil
 }
 
+// hostnameAddr is what the hostname resolves to under --network none.
+const hostnameAddr = "127.0.1.1"
+
+// newHostname returns 12 random hex digits, what a Docker hostname looks
+// like (the container ID's first 12, which Docker has not chosen yet when
+// the hostname must be given for the hosts file).
+func newHostname() (string, error) {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("choosing a hostname: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
 func short(id string) string {
 	id = strings.TrimPrefix(id, "sha256:")
 	if len(id) > 12 {
@@ -347,14 +392,16 @@ func envList(m map[string]string) []string {
 
 // Sandbox is one docker container.
 type Sandbox struct {
-	cli     *client.Client
-	id      string
-	cfg     sandbox.Config
-	image   string
-	pids    int64
-	hostSys bool
-	binds   []string
-	uidMap  []string
+	cli *client.Client
+	id  string
+	cfg sandbox.Config
+	// hostname is the container's hostname (also in its /etc/hosts).
+	hostname string
+	image    string
+	pids     int64
+	hostSys  bool
+	binds    []string
+	uidMap   []string
 	// pidsEvents is the container's pids.events ("" when not readable).
 	pidsEvents string
 	// disk watches the writable layer's disk_mb bound (nil without one).
@@ -364,8 +411,14 @@ type Sandbox struct {
 	user, imageUser string
 	egress          *egress
 
-	mu     sync.Mutex
-	closed bool
+	// execs is read-locked by each Exec and locked by StartService: while
+	// a service starts, no command runs (so none can write to its output
+	// before the wrapper's first line) and no sweep misses it.
+	execs sync.RWMutex
+
+	mu       sync.Mutex
+	closed   bool
+	services []*service
 }
 
 var _ sandbox.Snapshotter = (*Sandbox)(nil)
@@ -401,7 +454,7 @@ func (s *Sandbox) Report() sandbox.Report {
 	} else {
 		rep.Notes = append(rep.Notes, "a non-root user holds no capabilities (Docker's default set applies to root)")
 	}
-	rep.Notes = append(rep.Notes, fmt.Sprintf("commands run as user %q; the keeper is the container's init (pid 1), which signals from inside cannot reach", s.user))
+	rep.Notes = append(rep.Notes, fmt.Sprintf("commands run as user %q unless a command names another; the keeper is the container's init (pid 1), which signals from inside cannot reach", s.user))
 	if s.cfg.ReadOnlyRoot {
 		rep.Limits = append(rep.Limits, "read-only root")
 	}
@@ -416,7 +469,7 @@ func (s *Sandbox) Report() sandbox.Report {
 	if s.cfg.Policy.Network == sandbox.NetworkAllow && s.egress == nil {
 		net = "default bridge network (no egress proxy given): the host's 127.0.0.1 is out of reach, its other addresses are not"
 	}
-	rep.Notes = append(rep.Notes, net, "container "+short(s.id)+" from image "+short(s.image))
+	rep.Notes = append(rep.Notes, net, "container "+short(s.id)+" from image "+short(s.image)+", hostname "+s.hostname)
 	if s.egress != nil {
 		rep.Notes = append(rep.Notes, s.cfg.Policy.Network+": HTTP(S)_PROXY=http://"+bridge.Listen+", a forwarder in the container relaying to the egress proxy's socket; nothing else leaves the container")
 	}
@@ -440,6 +493,9 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		return fmt.Errorf("removing docker container %s: %w", short(s.id), err)
 	}
 	s.closed = true
+	for _, svc := range s.services {
+		svc.closed()
+	}
 	if err := s.egress.close(); err != nil {
 		return fmt.Errorf("removing docker sandbox %s proxy socket: %w", short(s.id), err)
 	}
@@ -543,10 +599,4 @@ func (r *Rung) RemoveLayer(ctx context.Context, l sandbox.Layer) error {
 		return fmt.Errorf("removing snapshot image %s: %w", short(l.Ref), err)
 	}
 	return nil
-}
-
-// StartService is not offered yet by this rung: no process outlives the
-// command that started it.
-func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sandbox.Service, error) {
-	return nil, fmt.Errorf("starting a service: %w on this rung", errors.ErrUnsupported)
 }

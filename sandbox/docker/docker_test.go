@@ -171,8 +171,22 @@ func TestImageRootSnapshot(t *testing.T) {
 func miniRoot(t testing.TB) string {
 	t.Helper()
 	root := t.TempDir()
+	copyBinaries(t, root, "/usr/bin/dash", "/usr/bin/cat", "/usr/bin/sleep", "/usr/bin/true", "/usr/bin/mkdir", "/usr/bin/ln", "/usr/bin/mkfifo", "/usr/bin/dd", "/usr/bin/ls")
+	for _, d := range []string{"bin", "etc", "tmp", "workspace", "proc", "dev", "sys", "sbin"} {
+		os.MkdirAll(filepath.Join(root, d), 0o755)
+	}
+	os.Symlink("/usr/bin/dash", filepath.Join(root, "bin/sh"))
+	os.WriteFile(filepath.Join(root, "etc/os-release"), []byte("ID=mini\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "workspace/seed.txt"), []byte("seed"), 0o644)
+	return root
+}
+
+// copyBinaries copies the host's binaries and the libraries they load
+// into root at the same paths.
+func copyBinaries(t testing.TB, root string, bins ...string) {
+	t.Helper()
 	files := map[string]bool{}
-	for _, b := range []string{"/usr/bin/dash", "/usr/bin/cat", "/usr/bin/sleep", "/usr/bin/true", "/usr/bin/mkdir", "/usr/bin/ln", "/usr/bin/mkfifo", "/usr/bin/dd", "/usr/bin/ls"} {
+	for _, b := range bins {
 		files[b] = true
 		out, err := exec.Command("ldd", b).Output()
 		if err != nil {
@@ -199,13 +213,6 @@ func miniRoot(t testing.TB) string {
 			t.Fatal(err)
 		}
 	}
-	for _, d := range []string{"bin", "etc", "tmp", "workspace", "proc", "dev", "sys", "sbin"} {
-		os.MkdirAll(filepath.Join(root, d), 0o755)
-	}
-	os.Symlink("/usr/bin/dash", filepath.Join(root, "bin/sh"))
-	os.WriteFile(filepath.Join(root, "etc/os-release"), []byte("ID=mini\n"), 0o644)
-	os.WriteFile(filepath.Join(root, "workspace/seed.txt"), []byte("seed"), 0o644)
-	return root
 }
 
 func BenchmarkCreateExecClose(b *testing.B) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,12 +43,15 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	if limit <= 0 {
 		limit = sandbox.DefaultOutputLimit
 	}
+	user := s.execUser(req.User)
+	s.execs.RLock()
+	defer s.execs.RUnlock()
 	oomBefore := s.oomKilled(ctx)
 	pidsBefore := pidsMaxEvents(s.pidsEvents)
 
 	start := time.Now()
 	created, err := s.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
-		Cmd: req.Argv, Env: envList(req.Env), WorkingDir: wd, User: s.user,
+		Cmd: req.Argv, Env: envList(req.Env), WorkingDir: wd, User: user,
 		AttachStdin: true, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
@@ -113,6 +117,14 @@ wait:
 		return res, err
 	}
 	res.ExitCode = in.ExitCode
+	if in.Pid == 0 && in.ExitCode == 126 {
+		// Nothing ran: Docker could not start the process. A command that
+		// is missing or not executable is the command's failure; a user
+		// Docker cannot run as is the sandbox's.
+		if err := s.checkUser(ctx, user); err != nil {
+			return res, fmt.Errorf("docker exec in %s: %w", short(s.id), err)
+		}
+	}
 	if n := pidsMaxEvents(s.pidsEvents) - pidsBefore; n > 0 {
 		res.Denials = append(res.Denials, sandbox.Denial{Kind: "pids", Detail: fmt.Sprintf("%d fork(s) refused at the pids limit %d", n, s.pids)})
 	}
@@ -168,13 +180,36 @@ func (s *Sandbox) inspectExited(ctx context.Context, execID string) (container.E
 	}
 }
 
-// sweepScript SIGKILLs every process but init (the keeper) and itself, a
-// few rounds over so that forks in flight are caught. Processes that are
-// gone, or are not the user's, make kill fail: that is expected. The
-// keeper's sleep may die with the rest; the keeper starts another.
-const sweepScript = `for r in 1 2 3; do for d in /proc/[0-9]*; do p=${d#/proc/}; case "$p" in 1|"$$") ;; *) kill -9 "$p" 2>/dev/null ;; esac; done; done; exit 0`
+// sweepScript SIGKILLs every process but init (the keeper), itself and
+// the services' (service.go), a few rounds over so that forks in flight
+// are caught. Its arguments are the services as "PID:STARTTIME": a
+// service whose leader is alive (that pid, leading its own session,
+// started at that time) has its session spared. pstat reads a process's
+// session and start time from all of /proc/PID/stat: a command name may
+// hold newlines and ") ", so everything up to the last ") " is dropped.
+// Processes that are gone make kill fail: that is expected. The keeper's
+// sleep may die with the rest; the keeper starts another.
+const sweepScript = `pstat() { l=; while IFS= read -r x; do l="$l $x"; done 2>/dev/null < "$1"; set -- ${l##*) }; sid=$4 start=${20}; }
+keep=" "
+for a; do
+  p=${a%%:*}; pstat "/proc/$p/stat"
+  [ -n "$sid" ] && [ "$sid" = "$p" ] && [ "$start" = "${a#*:}" ] && keep="$keep$p "
+done
+for r in 1 2 3; do
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case "$p" in 1|"$$") continue ;; esac
+    if [ "$keep" != " " ]; then
+      pstat "$d/stat"
+      case "$keep" in *" $sid "*) continue ;; esac
+    fi
+    kill -9 "$p" 2>/dev/null
+  done
+done
+exit 0`
 
 func (s *Sandbox) sweep(ctx context.Context) error {
+	argv := append([]string{"/bin/sh", "-c", sweepScript, "sweep"}, s.serviceSessions()...)
 	var lastErr error
 	// Under a fork bomb the pids limit can refuse the sweep's own exec for
 	// a while; the bomb's shells give up on failed forks, so retry.
@@ -186,14 +221,37 @@ func (s *Sandbox) sweep(ctx context.Context) error {
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
-		// As the commands' user: whatever it can start, it can kill.
-		out, code, err := s.runAs(ctx, s.user, []string{"/bin/sh", "-c", sweepScript})
+		// As root, whose CAP_KILL (in Docker's default set) reaches the
+		// processes of every user commands ran as.
+		out, code, err := s.run(ctx, argv)
 		if err == nil && code == 0 {
 			return nil
 		}
 		lastErr = fmt.Errorf("exit %d: %v %s", code, err, out)
 	}
 	return fmt.Errorf("docker exec in %s: killing leftover processes: %w", short(s.id), lastErr)
+}
+
+// execUser is the user a request runs as: its own, else the sandbox's.
+func (s *Sandbox) execUser(user string) string {
+	if user != "" {
+		return user
+	}
+	return s.user
+}
+
+// checkUser returns Docker's reason when it cannot start a process as
+// user at all (no such user or group, a uid outside the container's
+// mapping), nil when it can.
+func (s *Sandbox) checkUser(ctx context.Context, user string) error {
+	out, in, err := s.helper(ctx, user, []string{"/bin/sh", "-c", "exit 0"})
+	if err != nil {
+		return fmt.Errorf("checking user %q: %w", user, err)
+	}
+	if in.Pid == 0 && in.ExitCode != 0 {
+		return fmt.Errorf("cannot run as user %q: %s", user, strings.TrimSpace(out))
+	}
+	return nil
 }
 
 // run executes a helper command as root and returns its combined output
@@ -204,26 +262,33 @@ func (s *Sandbox) run(ctx context.Context, argv []string) (string, int, error) {
 
 // runAs executes a helper command as user.
 func (s *Sandbox) runAs(ctx context.Context, user string, argv []string) (string, int, error) {
+	out, in, err := s.helper(ctx, user, argv)
+	if err != nil {
+		return out, -1, err
+	}
+	return out, in.ExitCode, nil
+}
+
+// helper executes a helper command as user in / and returns its combined
+// output and how it ended.
+func (s *Sandbox) helper(ctx context.Context, user string, argv []string) (string, container.ExecInspect, error) {
 	created, err := s.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
 		Cmd: argv, User: user, WorkingDir: "/", AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
-		return "", -1, err
+		return "", container.ExecInspect{}, err
 	}
 	hj, err := s.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
 	if err != nil {
-		return "", -1, err
+		return "", container.ExecInspect{}, err
 	}
 	defer hj.Close()
 	var out bytes.Buffer
 	if _, err := stdcopy.StdCopy(&out, &out, hj.Reader); err != nil {
-		return out.String(), -1, err
+		return out.String(), container.ExecInspect{}, err
 	}
 	in, err := s.inspectExited(ctx, created.ID)
-	if err != nil {
-		return out.String(), -1, err
-	}
-	return out.String(), in.ExitCode, nil
+	return out.String(), in, err
 }
 
 // capped keeps the first limit bytes written to it.

@@ -1,9 +1,12 @@
 package docker
 
 import (
+	"log/slog"
 	"os"
 	"testing"
 
+	"evals.si/image"
+	"evals.si/internal/testenv/benchimage"
 	"evals.si/sandbox"
 	"evals.si/sandbox/reexec"
 	"evals.si/sandbox/sandboxtest"
@@ -18,6 +21,8 @@ func TestMain(m *testing.M) {
 
 func suiteOptions() sandboxtest.Options {
 	return sandboxtest.Options{
+		// The local Debian image: a writable /etc with passwd, group, id.
+		Users: func(t *testing.T, c *sandbox.Config) { c.Root = debianRoot(t) },
 		Uncontained: map[string]string{
 			sandboxtest.RowPtrace: "docker's default seccomp profile allows ptrace of the container's own processes (safe since Linux 4.8); host processes live in another PID namespace",
 		},
@@ -29,3 +34,18 @@ func newRung(t *testing.T) sandbox.Rung { return requireDocker(t) }
 func TestConformance(t *testing.T) { sandboxtest.Conformance(t, newRung, suiteOptions()) }
 
 func TestEscapes(t *testing.T) { sandboxtest.Escapes(t, newRung, suiteOptions()) }
+
+// debianRoot unpacks the local Debian image (scripts/build-local-image.sh).
+func debianRoot(t *testing.T) string {
+	t.Helper()
+	ref := benchimage.Ref(t, "../..")
+	store, err := image.Open(t.TempDir(), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := store.Resolve(t.Context(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img.Root
+}

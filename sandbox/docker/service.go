@@ -1,0 +1,299 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"evals.si/sandbox"
+)
+
+// A service is an exec like a command's that nothing waits for and that
+// the sweep after each command spares (exec.go's sweepScript).
+//
+// Docker makes every exec's process the leader of a session of its own,
+// so the service is known by its session: its leader's pid, which the
+// wrapper below prints before it execs the service, and that process's
+// start time, which tells the leader from a later process given the same
+// pid once the leader has died. A command cannot hide among the service's
+// processes: a process's session is inherited from its parent or made
+// anew by setsid(2), and no call joins an existing one; the only new
+// session a command can make has its own pid as id, which is never the
+// live leader's. The leader's own exit ends the service, as a container's
+// main process ends the container: what it left is killed by the next
+// sweep. A service child that makes a session of its own (a daemon's
+// double fork) is no longer told apart from a command's and is killed too.
+// A command running as the service's user can still ptrace it (Docker's
+// profile allows ptrace within the container) and have it fork: that is
+// the service acting, which no rung can tell from its own behaviour.
+
+// serviceWrapper prints "PID STARTTIME" (from /proc/self/stat; STARTTIME
+// is field 22, the 20th after the command name) and execs the service
+// ($0 and $@). Its own command name is sh's, so the first line of stat is
+// all of it. The service's stderr is its stdout: Docker copies two pipes
+// in two goroutines, which would reorder the interleaved output.
+const serviceWrapper = `f() { set -- ${1##*) }; echo "$$ ${20}"; }; read -r l < /proc/$$/stat && f "$l" && exec "$0" "$@" 2>&1; exit 125`
+
+// serviceStartTimeout bounds the wait for the wrapper's first line.
+const serviceStartTimeout = time.Minute
+
+// StartService runs req as a service: as req.User (else the sandbox's
+// user), in req.Workdir with req.Env over the container's environment,
+// stdin /dev/null, until it exits or the sandbox closes. ctx bounds only
+// the start.
+func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sandbox.Service, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	if len(req.Argv) == 0 {
+		return nil, fmt.Errorf("starting a service in docker sandbox %s: empty argv", short(s.id))
+	}
+	wd := s.cfg.Workdir
+	if req.Workdir != "" {
+		wd = s.abs(req.Workdir)
+	}
+	user := s.execUser(req.User)
+	// No command runs, nor its sweep, until the service is known.
+	s.execs.Lock()
+	defer s.execs.Unlock()
+
+	created, err := s.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
+		Cmd: append([]string{"/bin/sh", "-c", serviceWrapper}, req.Argv...),
+		Env: envList(req.Env), WorkingDir: wd, User: user,
+		AttachStdout: true, AttachStderr: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting a service in docker sandbox %s: %w", short(s.id), err)
+	}
+	// The stream outlives the request: it is the service's output.
+	hj, err := s.cli.ContainerExecAttach(context.WithoutCancel(ctx), created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("starting a service in docker sandbox %s: attaching: %w", short(s.id), err)
+	}
+	svc := &service{sb: s, execID: created.ID, hj: hj, out: &tail{max: sandbox.DefaultOutputLimit}, ended: make(chan struct{})}
+	first := &firstLine{line: make(chan string, 1), rest: svc.out}
+	go svc.watch(first)
+
+	timer := time.NewTimer(serviceStartTimeout)
+	defer timer.Stop()
+	var line string
+	select {
+	case line = <-first.line:
+	case <-svc.ended:
+		line = <-first.line // sent before the end
+	case <-ctx.Done():
+		// Unregistered, what the wrapper started dies in the next sweep.
+		hj.Close()
+		return nil, fmt.Errorf("starting a service in docker sandbox %s: %w", short(s.id), ctx.Err())
+	case <-timer.C:
+		hj.Close()
+		return nil, fmt.Errorf("starting a service in docker sandbox %s: its wrapper printed nothing in %s", short(s.id), serviceStartTimeout)
+	}
+	pid, start, ok := parseServiceLine(line)
+	if !ok {
+		// The exec did not start (Docker's reason is on its stdout, the
+		// first line), or the wrapper failed: an error, with what was said.
+		hj.Close()
+		code := -1
+		if in, err := s.cli.ContainerExecInspect(context.WithoutCancel(ctx), created.ID); err == nil {
+			code = in.ExitCode
+		}
+		msg := strings.TrimSpace(line + "\n" + string(svc.out.Bytes()))
+		return nil, fmt.Errorf("starting service %q as user %q in docker sandbox %s: exit %d: %s", req.Argv, user, short(s.id), code, msg)
+	}
+	svc.pid, svc.start = pid, start
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		hj.Close()
+		return nil, fmt.Errorf("starting a service: docker sandbox %s is closed", short(s.id))
+	}
+	s.services = append(s.services, svc)
+	return svc, nil
+}
+
+// parseServiceLine reads the wrapper's "PID STARTTIME".
+func parseServiceLine(line string) (pid int, start string, ok bool) {
+	p, st, found := strings.Cut(strings.TrimSpace(line), " ")
+	if !found {
+		return 0, "", false
+	}
+	pid, err := strconv.Atoi(p)
+	if err != nil || pid <= 1 {
+		return 0, "", false
+	}
+	if _, err := strconv.ParseUint(st, 10, 64); err != nil {
+		return 0, "", false
+	}
+	return pid, st, true
+}
+
+// serviceSessions are the sweep's arguments: "PID:STARTTIME" of each
+// service not known to have ended.
+func (s *Sandbox) serviceSessions() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, svc := range s.services {
+		if _, exited := svc.state(); !exited {
+			out = append(out, strconv.Itoa(svc.pid)+":"+svc.start)
+		}
+	}
+	return out
+}
+
+type service struct {
+	sb     *Sandbox
+	execID string
+	hj     types.HijackedResponse
+	out    *tail
+	// pid and start identify the leader (see above); set before the
+	// service is shared.
+	pid   int
+	start string
+	// ended is closed when the output stream has ended.
+	ended chan struct{}
+
+	mu     sync.Mutex
+	code   int
+	exited bool
+}
+
+var _ sandbox.Service = (*service)(nil)
+
+// watch copies the output until the stream ends, then records the exit.
+func (v *service) watch(first *firstLine) {
+	stdcopy.StdCopy(first, v.out, v.hj.Reader)
+	first.end()
+	close(v.ended)
+	if in, err := v.sb.inspectExited(context.Background(), v.execID); err == nil && !in.Running {
+		v.setExit(in.ExitCode)
+	}
+}
+
+func (v *service) setExit(code int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.exited {
+		v.code, v.exited = code, true
+	}
+}
+
+func (v *service) state() (int, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.code, v.exited
+}
+
+// Exited reports the leader's exit. While the output is open (a child may
+// hold it after the leader ended) Docker is asked; once it says the
+// leader ended, what is left of the output in flight is waited for a
+// little, so that Output then holds the end of it.
+func (v *service) Exited() (int, bool) {
+	if code, exited := v.state(); exited {
+		return code, true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	in, err := v.sb.cli.ContainerExecInspect(ctx, v.execID)
+	if err != nil || in.Running {
+		return 0, false
+	}
+	select {
+	case <-v.ended:
+	case <-time.After(outputDrain):
+	}
+	v.setExit(in.ExitCode)
+	return v.state()
+}
+
+// outputDrain bounds the wait for a service's output after its leader
+// ended: a child it left may hold the output open for good.
+const outputDrain = 2 * time.Second
+
+// Output is the tail of the service's stdout and stderr, interleaved as
+// Docker delivered them.
+func (v *service) Output() []byte { return v.out.Bytes() }
+
+// closed is called when the sandbox is removed, which kills the service.
+func (v *service) closed() {
+	v.setExit(137)
+	v.hj.Close()
+}
+
+// firstLine passes on what is written to it after the first line, which
+// it sends on line (once; "" if the stream ends before a newline). Only
+// stdcopy's goroutine writes to it.
+type firstLine struct {
+	line chan string
+	rest io.Writer
+	buf  []byte
+	sent bool
+}
+
+// maxFirstLine bounds the first line: the wrapper's is short; anything
+// longer is Docker's error or something else's, kept as output.
+const maxFirstLine = 4096
+
+func (f *firstLine) Write(p []byte) (int, error) {
+	n := len(p)
+	if !f.sent {
+		switch i := bytes.IndexByte(p, '\n'); {
+		case i >= 0:
+			f.buf = append(f.buf, p[:i]...)
+			p = p[i+1:]
+		case len(f.buf)+len(p) <= maxFirstLine:
+			f.buf = append(f.buf, p...)
+			return n, nil
+		}
+		f.send()
+	}
+	f.rest.Write(p)
+	return n, nil
+}
+
+func (f *firstLine) send() {
+	if !f.sent {
+		f.sent = true
+		f.line <- string(f.buf)
+	}
+}
+
+// end sends what there is if no line was sent.
+func (f *firstLine) end() { f.send() }
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.max {
+		t.buf = append([]byte(nil), t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) Bytes() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buf
+	if len(b) > t.max {
+		b = b[len(b)-t.max:]
+	}
+	return bytes.Clone(b)
+}
