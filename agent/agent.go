@@ -31,6 +31,12 @@ type Task struct {
 	// an agent that can take a conversation uses them instead of Instruction.
 	Input   []trajectory.Message
 	Sandbox Sandbox
+	// Harness is the same sandbox as the task's harness uses it, as root
+	// whatever user the agent runs as: for files the harness places, not
+	// the agent (an oracle's reference solution, which Harbor uploads as
+	// root before running it as the agent's user). An agent's own
+	// commands and files go through Sandbox.
+	Harness Sandbox
 	// Workdir is the task's working directory inside the sandbox.
 	Workdir string
 	// CommandTimeout bounds one command the agent runs (0: the sandbox's

@@ -99,8 +99,12 @@ func infraf(cause, format string, args ...any) *InfraError {
 }
 
 // Run writes cfg.Files (relative paths under workdir, absolute ones as
-// they are), runs cfg.Command in workdir with cfg.Timeout (default 10m) and
-// parses the result with cfg.Parser (default exit-code). An unknown parser
+// they are) as the sandbox's root, as a Dockerfile's COPY writes them,
+// runs cfg.Command in workdir as cfg.User (empty: the sandbox's default
+// user; the engine fills in environment.user) with cfg.Timeout (default
+// 10m) and parses the result with cfg.Parser (default exit-code), which
+// gets cfg.ParserArgs. cfg.Network, Fresh and PatchFile are the engine's:
+// it picks the sandbox and puts the patch among the files. An unknown parser
 // or an empty command is a plain error (a spec error the engine should have
 // caught with reg.Has); a checker that cannot run is an *InfraError.
 func Run(ctx context.Context, sb Sandbox, cfg spec.Checker, workdir string, reg *Registry) (Verdict, error) {
@@ -122,12 +126,22 @@ func Run(ctx context.Context, sb Sandbox, cfg spec.Checker, workdir string, reg 
 	if err := writeFiles(ctx, sb, cfg.Files, workdir); err != nil {
 		return Verdict{}, err
 	}
+	// As the sandbox's own user (root), like the file writes.
+	for i, cmd := range cfg.Setup {
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", cmd}, Workdir: workdir, Timeout: time.Minute})
+		if err != nil {
+			return Verdict{}, &InfraError{Reason: fmt.Sprintf("running checker setup step %d", i+1), Err: err, Cause: CauseFiles}
+		}
+		if res.ExitCode != 0 || res.TimedOut {
+			return Verdict{}, infraf(CauseFiles, "checker setup step %d (%q) exited %d: %s", i+1, cmd, res.ExitCode, snippet(tail(append(res.Stdout, res.Stderr...), outputCap)))
+		}
+	}
 
 	timeout := cfg.Timeout.D()
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: cfg.Command, Workdir: workdir, Timeout: timeout})
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: cfg.Command, Workdir: workdir, User: cfg.User, Timeout: timeout})
 	if err != nil {
 		if ctx.Err() != nil {
 			return Verdict{}, fmt.Errorf("running the checker: %w", ctx.Err())

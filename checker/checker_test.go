@@ -203,7 +203,9 @@ func TestRegistry(t *testing.T) {
 					t.Errorf("Register(%q) did not panic", bad)
 				}
 			}()
-			reg.Register(bad, func(context.Context, sandbox.ExecResult, Sandbox, string, spec.JSON) (Verdict, error) { return Verdict{}, nil })
+			reg.Register(bad, func(context.Context, sandbox.ExecResult, Sandbox, string, spec.JSON) (Verdict, error) {
+				return Verdict{}, nil
+			})
 		}()
 	}
 }

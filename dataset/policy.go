@@ -44,7 +44,9 @@ var networkRank = map[string]int{"deny": 0, "allowlist": 1, "allow": 2}
 // Looser lists the fields in which env's sandbox policy is weaker than
 // base's, both with defaults applied (base nil: the defaults). Looser is:
 // a wider network (deny < allowlist < allow) or allow_hosts beyond the
-// spec's list; setup_network allow over deny; a larger limit, or none
+// spec's list, for the agent's phase (sandbox.network) and the checker's
+// (checker.network, else sandbox.network, against the spec's checker's,
+// else the spec's sandbox.network); setup_network allow over deny; a larger limit, or none
 // where the spec has one (memory_mb, pids_max, file_size_mb, disk_mb,
 // cgroup_cpus, command_timeout); read_only_root turned off; a lower
 // min_isolation; a ladder with a rung the spec's ladder lacks or in
@@ -52,7 +54,8 @@ var networkRank = map[string]int{"deny": 0, "allowlist": 1, "allow": 2}
 // allow_unsafe_host the spec does not set; image_signatures removed, with
 // other keys, or allow_local added; and any other cgroup or firecracker
 // settings, which are the machine's, not the task's. Image, files, setup,
-// env, workdir and checker are what records are for and may differ.
+// env, workdir, users, service and the checker's other fields are what
+// records are for and may differ.
 func Looser(base, env *spec.Environment) []LooserField {
 	if env == nil {
 		return nil
@@ -79,22 +82,31 @@ func Looser(base, env *spec.Environment) []LooserField {
 		out = append(out, LooserField{Field: field, Want: fmt.Sprint(want), Spec: fmt.Sprint(spec)})
 	}
 
-	if networkRank[es.Network] > networkRank[bs.Network] {
-		add("sandbox.network", es.Network, bs.Network)
-	} else if es.Network == "allowlist" && bs.Network == "allowlist" {
-		for _, h := range es.AllowHosts {
-			if !slices.ContainsFunc(bs.AllowHosts, func(s string) bool { return sameHost(s, h) }) {
-				add("sandbox.allow_hosts", h, "["+strings.Join(bs.AllowHosts, ", ")+"]")
+	// phaseNetwork compares one phase's network with the spec's for it.
+	phaseNetwork := func(prefix string, want, have phaseNet) {
+		if networkRank[want.mode] > networkRank[have.mode] {
+			add(prefix+".network", want.mode, have.mode)
+		} else if want.mode == "allowlist" && have.mode == "allowlist" {
+			for _, h := range want.hosts {
+				if !slices.ContainsFunc(have.hosts, func(s string) bool { return sameHost(s, h) }) {
+					add(prefix+".allow_hosts", h, "["+strings.Join(have.hosts, ", ")+"]")
+				}
+			}
+		} else if want.mode == "allowlist" && have.mode == "allow" {
+			// allow refuses this machine's own addresses; an allowlist
+			// naming one would reach what the spec's author kept out.
+			for _, h := range want.hosts {
+				if ownMachine(h) {
+					add(prefix+".allow_hosts", h, "allow (which refuses this machine's own addresses)")
+				}
 			}
 		}
-	} else if es.Network == "allowlist" && bs.Network == "allow" {
-		// allow refuses this machine's own addresses; an allowlist naming
-		// one would reach what the spec's author kept out.
-		for _, h := range es.AllowHosts {
-			if ownMachine(h) {
-				add("sandbox.allow_hosts", h, "allow (which refuses this machine's own addresses)")
-			}
-		}
+	}
+	phaseNetwork("sandbox", phaseNet{es.Network, es.AllowHosts}, phaseNet{bs.Network, bs.AllowHosts})
+	// The checker's phase has its own network (checker.network, else the
+	// sandbox's); its ceiling is the spec's checker's.
+	if env.Checker != nil {
+		phaseNetwork("checker", checkerNetwork(env.Checker, es), checkerNetwork(b.Checker, bs))
 	}
 	if ee.SetupNetwork == "allow" && be.SetupNetwork != "allow" {
 		add("setup_network", ee.SetupNetwork, be.SetupNetwork)
@@ -146,6 +158,21 @@ func Looser(base, env *spec.Environment) []LooserField {
 		add("sandbox.firecracker", "other settings", "the spec's (the machine's settings, not a task's)")
 	}
 	return out
+}
+
+// phaseNet is one phase's network mode and allowlist.
+type phaseNet struct {
+	mode  string
+	hosts []string
+}
+
+// checkerNetwork is the checker's phase's network: checker.network when
+// set, else the sandbox's (sb, defaults applied).
+func checkerNetwork(c *spec.Checker, sb *spec.SandboxPolicy) phaseNet {
+	if c != nil && c.Network != "" {
+		return phaseNet{c.Network, c.AllowHosts}
+	}
+	return phaseNet{sb.Network, sb.AllowHosts}
 }
 
 func isolationRank(level string) int {
@@ -220,7 +247,8 @@ func sameKeys(a, b []string) bool {
 
 // CapNetworkAndLimits tightens what rec's metadata.environment asks for
 // beyond base in the fields a benchmark importer translates from the
-// task's own configuration (network and allow_hosts, setup_network, the
+// task's own configuration (network and allow_hosts, the checker's too,
+// setup_network, the
 // numeric limits, command_timeout) down to base's, and returns the record
 // so changed with the fields it capped. For records an importer made, the
 // task's settings are requests and the spec's author has the last word;
@@ -271,6 +299,34 @@ func CapNetworkAndLimits(base *spec.Environment, rec spec.Record) (spec.Record, 
 				} else {
 					sb["network"], sb["allow_hosts"] = "deny", nil
 				}
+			}
+		case "checker.network", "checker.allow_hosts":
+			// Back to the spec's checker's network, else the (capped)
+			// sandbox's; an allowlist keeps the hosts the spec's allows.
+			ck, _ := over["checker"].(map[string]any)
+			if ck == nil {
+				ck = map[string]any{}
+			}
+			delete(ck, "network")
+			delete(ck, "allow_hosts")
+			if f.Field == "checker.allow_hosts" && env.Checker != nil {
+				have := checkerNetwork(b.Checker, bs)
+				var keep []any
+				for _, h := range env.Checker.AllowHosts {
+					if slices.ContainsFunc(have.hosts, func(s string) bool { return sameHost(s, h) }) {
+						keep = append(keep, h)
+					}
+				}
+				if len(keep) > 0 {
+					ck["network"], ck["allow_hosts"] = "allowlist", keep
+				} else {
+					ck["network"], ck["allow_hosts"] = "deny", nil
+				}
+			}
+			if len(ck) > 0 {
+				over["checker"] = ck
+			} else {
+				delete(over, "checker")
 			}
 		case "setup_network":
 			delete(over, "setup_network")

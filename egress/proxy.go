@@ -34,6 +34,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -58,7 +59,9 @@ type Proxy struct {
 	logger  *slog.Logger
 	onEvent func(Event)
 
-	rules     []rule
+	// active is what decides each attempt: set by Start, swapped whole by
+	// SetPolicy, so one attempt never mixes two policies.
+	active    atomic.Pointer[activePolicy]
 	srv       *http.Server
 	transport *http.Transport
 	fwd       *httputil.ReverseProxy
@@ -73,6 +76,10 @@ type Proxy struct {
 	started bool
 	closed  bool
 	tunnels map[net.Conn]struct{}
+	// inflight cancels the requests being handled, so SetPolicy can cut
+	// what the old policy let through (a forwarded request still
+	// streaming, a tunnel being dialled).
+	inflight map[*inflightReq]struct{}
 	// handlers counts running handlers so Close can wait for them; Add is
 	// only called under mu while not closed.
 	handlers sync.WaitGroup
@@ -101,22 +108,78 @@ func New(policy Policy, logger *slog.Logger, onEvent func(Event)) *Proxy {
 	if policy.IdleTimeout <= 0 {
 		policy.IdleTimeout = defaultIdleTimeout
 	}
-	return &Proxy{policy: policy, logger: logger, onEvent: onEvent, tunnels: map[net.Conn]struct{}{}, done: make(chan struct{}), resolver: net.DefaultResolver}
+	return &Proxy{policy: policy, logger: logger, onEvent: onEvent, tunnels: map[net.Conn]struct{}{}, inflight: map[*inflightReq]struct{}{}, done: make(chan struct{}), resolver: net.DefaultResolver}
+}
+
+// activePolicy is the part of a Policy that decides attempts; SetPolicy
+// replaces it.
+type activePolicy struct {
+	rules        []rule
+	hosts        []string
+	allowAll     bool
+	allowPrivate bool
+}
+
+// denyAll refuses every attempt.
+var denyAll = &activePolicy{}
+
+func newActive(pol Policy) (*activePolicy, error) {
+	rules, err := parseRules(pol.AllowHosts)
+	if err != nil {
+		return nil, err
+	}
+	return &activePolicy{rules: rules, hosts: pol.AllowHosts, allowAll: pol.AllowAll, allowPrivate: pol.AllowPrivate}, nil
+}
+
+type inflightReq struct{ cancel context.CancelFunc }
+
+// SetPolicy replaces what the proxy lets through (AllowHosts, AllowAll,
+// AllowPrivate; the listeners' settings stay those of New) for every
+// attempt from now on, and cuts every tunnel and request the old policy
+// let through, so nothing opened under it outlives it. A policy with no
+// hosts and not AllowAll refuses everything (a network: deny phase of a
+// sandbox that has a proxy). A bad policy is refused, fail closed: the
+// proxy then refuses everything until a good one is set.
+func (p *Proxy) SetPolicy(pol Policy) error {
+	next, err := newActive(pol)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("setting the egress proxy's policy: the proxy is closed")
+	}
+	if err != nil {
+		next = denyAll
+		err = fmt.Errorf("setting the egress proxy's policy (it now refuses everything): %w", err)
+	}
+	p.policy.AllowHosts, p.policy.AllowAll, p.policy.AllowPrivate = next.hosts, next.allowAll, next.allowPrivate
+	if !p.started {
+		return err
+	}
+	p.active.Store(next)
+	for c := range p.tunnels {
+		c.Close()
+		delete(p.tunnels, c)
+	}
+	for r := range p.inflight {
+		r.cancel()
+	}
+	p.logger.Info("egress proxy policy set", "allow_hosts", next.hosts, "allow_all", next.allowAll)
+	return err
 }
 
 // Start listens on 127.0.0.1:0 and on a unix socket and serves until Close
 // or until ctx ends.
 func (p *Proxy) Start(ctx context.Context) error {
-	rules, err := parseRules(p.policy.AllowHosts)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	active, err := newActive(p.policy)
 	if err != nil {
 		return fmt.Errorf("starting egress proxy: %w", err)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.started || p.closed {
 		return errors.New("starting egress proxy: already started")
 	}
-	p.rules = rules
+	p.active.Store(active)
 
 	// A directory of this proxy's own: concurrent trials' proxies must
 	// never share a socket path, or one trial's traffic (and its refusal
@@ -273,8 +336,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.handlers.Add(1)
+	ctx, cancel := context.WithCancel(r.Context())
+	req := &inflightReq{cancel: cancel}
+	p.inflight[req] = struct{}{}
 	p.mu.Unlock()
 	defer p.handlers.Done()
+	defer func() {
+		p.mu.Lock()
+		delete(p.inflight, req)
+		p.mu.Unlock()
+		cancel()
+	}()
+	r = r.WithContext(ctx)
 
 	switch {
 	case r.Method == http.MethodConnect:
@@ -290,6 +363,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // decision is the outcome of checking one attempt.
 type decision struct {
+	// pol is the policy that decided; a tunnel opens only while it is
+	// still the proxy's.
+	pol   *activePolicy
 	ev    Event
 	addrs []string // pinned upstream addresses, when allowed
 	code  int      // HTTP status for a refusal or failure
@@ -297,7 +373,8 @@ type decision struct {
 
 // decide checks hostport against the policy and resolves it.
 func (p *Proxy) decide(ctx context.Context, method, hostport string) decision {
-	d := decision{ev: Event{Time: time.Now(), Method: method, Host: hostport}}
+	pol := p.active.Load()
+	d := decision{pol: pol, ev: Event{Time: time.Now(), Method: method, Host: hostport}}
 	host, port, err := splitHostPort(hostport)
 	if err != nil {
 		d.ev.Reason = "bad target " + strconv.Quote(hostport) + ": " + err.Error()
@@ -305,10 +382,15 @@ func (p *Proxy) decide(ctx context.Context, method, hostport string) decision {
 		return d
 	}
 	d.ev.Host, d.ev.Port = host, port
-	if p.policy.AllowAll {
+	if pol.allowAll {
 		return p.decideAllowAll(ctx, d)
 	}
-	if !allowed(p.rules, host, port) {
+	if len(pol.rules) == 0 {
+		d.ev.Reason = "no host is allowed now (network: deny)"
+		d.code = http.StatusForbidden
+		return d
+	}
+	if !allowed(pol.rules, host, port) {
 		d.ev.Reason = "not in allow_hosts"
 		d.code = http.StatusForbidden
 		return d
@@ -333,7 +415,7 @@ func (p *Proxy) decide(ctx context.Context, method, hostport string) decision {
 	}
 	var private []string
 	for _, ip := range ips {
-		if !p.policy.AllowPrivate && !isPublic(ip.IP) {
+		if !pol.allowPrivate && !isPublic(ip.IP) {
 			private = append(private, ip.IP.String())
 			continue
 		}
@@ -525,7 +607,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		up.Close()
 		return
 	}
-	if !p.track(client, up) {
+	if !p.track(d.pol, client, up) {
 		client.Close()
 		up.Close()
 		return
@@ -564,10 +646,12 @@ func (p *Proxy) pipe(a, b net.Conn) {
 	wg.Wait()
 }
 
-func (p *Proxy) track(cs ...net.Conn) bool {
+// track registers a tunnel's connections, unless the proxy closed or its
+// policy changed since pol decided the tunnel.
+func (p *Proxy) track(pol *activePolicy, cs ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || p.active.Load() != pol {
 		return false
 	}
 	for _, c := range cs {

@@ -43,6 +43,8 @@ type AgentRunner struct {
 	// on the untouched environment (checkerRuns).
 	checkMu sync.Mutex
 	checked map[string]*checkCall
+	// clk is what healthchecks wait on (nil: real time).
+	clk clock
 }
 
 // taskUser is a User that binds to one trial's record, trial and sink.
@@ -82,7 +84,9 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 	if err != nil {
 		return nil, envErr(err)
 	}
-	if env.Checker != nil && len(env.Checker.Command) > 0 {
+	chk := env.Checker
+	hasChecker := chk != nil && len(chk.Command) > 0
+	if hasChecker {
 		checkStart := time.Now()
 		err := r.checkerRuns(ctx, prep, env, setup)
 		m.lifecycleSince(checkStart)
@@ -91,11 +95,18 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 		}
 	}
 	// The trial's own environment decides its policy, never the one that
-	// prepared the setup it shares.
-	pol := environment.TrialPolicy(env)
+	// prepared the setup it shares. A checker that runs in the agent's
+	// sandbox with a network of its own is a second phase of it.
+	agentPol := environment.TrialPolicy(env)
+	checkPol := agentPol
+	if hasChecker && !chk.Fresh {
+		checkPol = environment.CheckerPolicy(env)
+	}
 	proxies := &proxySet{}
 	defer proxies.Close()
-	if pol, err = r.withProxy(ctx, proxies, pol, r.trajectoryEvents(tc)); err != nil {
+	egressEvents := &phaseEvents{agent: r.trajectoryEvents(tc), checker: r.checkerEvents(tc)}
+	pol, phase, err := r.trialNetwork(ctx, proxies, agentPol, checkPol, egressEvents.report)
+	if err != nil {
 		return nil, &kindError{kind: "sandbox", err: err}
 	}
 	createStart := time.Now()
@@ -106,23 +117,34 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 	}
 	// The agent, the diff and the checker use the timed sandbox, whose
 	// commands get the run's output cap; policy changes (escalation) go to
-	// the sandbox itself.
+	// the sandbox itself. A fresh checker closes it before the trial ends.
 	sb := timedSandbox{Sandbox: cappedSandbox{Sandbox: raw, outputLimit: outputLimit}, m: m}
-	defer sb.Close(context.WithoutCancel(ctx))
+	closeAgentSandbox := sync.OnceFunc(func() { sb.Close(context.WithoutCancel(ctx)) })
+	defer closeAgentSandbox()
 	report := sb.Report()
 	iso, _ := json.Marshal(report)
-	_ = tc.Emit.Emit(trajectory.Event{Kind: trajectory.KindLog, Log: &trajectory.Log{Text: fmt.Sprintf("sandbox: rung %s (%s), network %s", report.Rung, report.Isolation, report.Network)}})
+	logf := func(text string) {
+		_ = tc.Emit.Emit(trajectory.Event{Kind: trajectory.KindLog, Log: &trajectory.Log{Text: text}})
+	}
+	logf(fmt.Sprintf("sandbox: rung %s (%s), network %s", report.Rung, report.Isolation, report.Network))
+	if phase != nil {
+		logf(fmt.Sprintf("network: the agent's phase is %s, the checker's %s, both through the trial's egress proxy (a deny phase reaches only the proxy, which refuses every connection)", agentPol.Network, checkPol.Network))
+	}
+	if err := r.readySandbox(ctx, sb, env, "environment.user", env.User, prep.Workdir, logf); err != nil {
+		return nil, err
+	}
 
 	task := agent.Task{
 		RecordID:       tc.Record.ID,
 		Trial:          tc.Trial,
 		Instruction:    tc.Record.Input.Prompt(),
-		Sandbox:        sb,
+		Sandbox:        agentView(sb, env.User, imageUser(prep)),
+		Harness:        sb,
 		Workdir:        prep.Workdir,
 		CommandTimeout: env.CommandTimeout.D(),
 		OutputLimit:    outputLimit,
 		Emit:           tc.Emit,
-		Escalate:       r.escalate(raw, pol, proxies, r.trajectoryEvents(tc)),
+		Escalate:       r.escalate(raw, pol, proxies, phase, egressEvents.report),
 	}
 	if tc.Record.Input.Messages != nil {
 		task.Input = inputMessages(tc.Record.Input)
@@ -152,11 +174,37 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 	}
 	o.Diff = diff
 	if isGit {
-		_ = tc.Emit.Emit(trajectory.Event{Kind: trajectory.KindLog, Log: &trajectory.Log{Text: fmt.Sprintf("diff captured: %d bytes", len(diff))}})
+		logf(fmt.Sprintf("diff captured: %d bytes", len(diff)))
 	}
-	if env.Checker != nil && len(env.Checker.Command) > 0 {
+	if hasChecker {
 		start := time.Now()
-		v, err := checker.Run(ctx, sb, *env.Checker, prep.Workdir, r.Checkers)
+		var csb checker.Sandbox = sb
+		if chk.Fresh {
+			// Only the diff carries over: nothing else the agent left
+			// (files outside the repository, a replaced interpreter, a
+			// process) reaches the grade.
+			closeAgentSandbox()
+			freshStart := time.Now()
+			fresh, err := r.freshSandbox(ctx, prep, env, setup, proxies, egressEvents.checker, logf)
+			m.lifecycleSince(freshStart)
+			if err != nil {
+				return nil, err
+			}
+			fsb := timedSandbox{Sandbox: cappedSandbox{Sandbox: fresh, outputLimit: outputLimit}, m: m}
+			defer fsb.Close(context.WithoutCancel(ctx))
+			csb = fsb
+			if isGit {
+				logf("checker: in a fresh sandbox of the environment, with only the agent's diff")
+			} else {
+				logf("checker: in a fresh sandbox of the environment; the workdir is not in a git repository, so the patch it gets is empty and nothing of the agent's reaches it")
+			}
+		} else if phase != nil {
+			egressEvents.checking.Store(true)
+			if err := phase.SetPolicy(egressPolicy(checkPol, r.ProxyDir)); err != nil {
+				return nil, &kindError{kind: "sandbox", err: fmt.Errorf("switching the sandbox's network to the checker's: %w", err)}
+			}
+		}
+		v, err := checker.Run(ctx, csb, checkerConfig(env, diff), prep.Workdir, r.Checkers)
 		if err != nil {
 			var ie *checker.InfraError
 			if ctx.Err() != nil || !errors.As(err, &ie) || !ie.AgentCausable() {
@@ -227,23 +275,40 @@ func (r *AgentRunner) trajectoryEvents(tc *TrialContext) func(egress.Event) {
 // its address; deny needs none. Each proxy is the trial's own, with a
 // socket of its own, reporting to onEvent.
 func (r *AgentRunner) withProxy(ctx context.Context, proxies *proxySet, pol sandbox.Policy, onEvent func(egress.Event)) (sandbox.Policy, error) {
-	var ep egress.Policy
-	switch pol.Network {
-	case sandbox.NetworkAllowlist:
-		ep = egress.Policy{AllowHosts: pol.AllowHosts}
-	case sandbox.NetworkAllow:
-		ep = egress.Policy{AllowAll: true}
-	default:
+	if pol.Network != sandbox.NetworkAllowlist && pol.Network != sandbox.NetworkAllow {
 		return pol, nil
 	}
-	ep.SocketDir = r.ProxyDir
-	p := egress.New(ep, r.Logger, onEvent)
-	if err := p.Start(ctx); err != nil {
-		return pol, fmt.Errorf("starting egress proxy: %w", err)
+	p, err := r.startProxy(ctx, proxies, pol, onEvent)
+	if err != nil {
+		return pol, err
 	}
-	proxies.add(p)
 	pol.ProxyAddr = p.UnixAddr()
 	return pol, nil
+}
+
+// startProxy starts a proxy of the trial's own enforcing pol (deny: it
+// refuses everything).
+func (r *AgentRunner) startProxy(ctx context.Context, proxies *proxySet, pol sandbox.Policy, onEvent func(egress.Event)) (*egress.Proxy, error) {
+	p := egress.New(egressPolicy(pol, r.ProxyDir), r.Logger, onEvent)
+	if err := p.Start(ctx); err != nil {
+		return nil, fmt.Errorf("starting egress proxy: %w", err)
+	}
+	proxies.add(p)
+	return p, nil
+}
+
+// egressPolicy is what a proxy lets through for a sandbox policy:
+// allowlist its hosts, allow everything but the engine's machine, deny
+// nothing.
+func egressPolicy(pol sandbox.Policy, socketDir string) egress.Policy {
+	ep := egress.Policy{SocketDir: socketDir}
+	switch pol.Network {
+	case sandbox.NetworkAllowlist:
+		ep.AllowHosts = pol.AllowHosts
+	case sandbox.NetworkAllow:
+		ep.AllowAll = true
+	}
+	return ep
 }
 
 // proxySet is the egress proxies of one trial, closed when it ends.
@@ -317,19 +382,16 @@ func (r *AgentRunner) runChecker(ctx context.Context, prep *environment.Prepared
 	// the trial's doing.
 	proxies := &proxySet{}
 	defer proxies.Close()
-	pol, err := r.withProxy(ctx, proxies, environment.TrialPolicy(env), func(ev egress.Event) {
+	raw, err := r.freshSandbox(ctx, prep, env, setup, proxies, func(ev egress.Event) {
 		r.logger().Debug("checker check: egress", "host", ev.Host, "port", ev.Port, "allowed", ev.Allowed, "reason", ev.Reason)
-	})
+	}, func(text string) { r.logger().Debug("checker check: " + text) })
 	if err != nil {
-		return &kindError{kind: "sandbox", err: err}
-	}
-	raw, err := prep.NewSandbox(ctx, env, pol, setup)
-	if err != nil {
-		return envErr(err)
+		return err
 	}
 	defer raw.Close(context.WithoutCancel(ctx))
 	sb := cappedSandbox{Sandbox: raw, outputLimit: r.Spec.Caps.CommandOutputBytes()}
-	_, err = checker.Run(ctx, sb, *env.Checker, prep.Workdir, r.Checkers)
+	// As after an agent that changed nothing: an empty patch.
+	_, err = checker.Run(ctx, sb, checkerConfig(env, ""), prep.Workdir, r.Checkers)
 	var ie *checker.InfraError
 	switch {
 	case err == nil:
@@ -368,37 +430,52 @@ type policySetter interface {
 
 // escalate decides request_escalation: granted only for kinds listed in
 // harness.builtin.escalation.allow; a granted network escalation widens the
-// sandbox's network to allow for the rest of the trial, through an
+// sandbox's network to allow for the rest of the agent's phase, through an
 // allow-all egress proxy of the trial's own (the engine's machine stays
-// out of reach).
-func (r *AgentRunner) escalate(sb sandbox.Sandbox, pol sandbox.Policy, proxies *proxySet, onEvent func(egress.Event)) func(ctx context.Context, kind, reason string) (bool, error) {
+// out of reach). A sandbox made with a phase proxy (phase) widens at that
+// proxy, which every rung reaches the same way; any other needs a rung
+// that can widen its policy mid-trial.
+func (r *AgentRunner) escalate(sb sandbox.Sandbox, pol sandbox.Policy, proxies *proxySet, phase *egress.Proxy, onEvent func(egress.Event)) func(ctx context.Context, kind, reason string) (bool, error) {
 	var allow []string
 	if h := r.Spec.Harness; h != nil && h.Builtin != nil && h.Builtin.Escalation != nil {
 		allow = h.Builtin.Escalation.Allow
 	}
+	var mu sync.Mutex
+	widened := false
 	return func(ctx context.Context, kind, reason string) (bool, error) {
 		if !slices.Contains(allow, kind) {
 			return false, nil
 		}
-		if kind == "network" && pol.Network != sandbox.NetworkAllow {
-			// A rung that cannot widen its policy mid-trial denies the
-			// request (recorded as such) rather than failing the trial.
-			ps, ok := sb.(policySetter)
-			if !ok {
-				r.logger().Warn("network escalation allowed by the spec but denied: the sandbox cannot widen its policy", "rung", sb.Report().Rung)
-				return false, nil
-			}
-			wide, err := r.withProxy(ctx, proxies, sandbox.Policy{Network: sandbox.NetworkAllow}, onEvent)
-			if err != nil {
-				r.logger().Warn("network escalation allowed by the spec but denied", "rung", sb.Report().Rung, "err", err)
-				return false, nil
-			}
-			if err := ps.SetPolicy(wide); err != nil {
-				r.logger().Warn("network escalation allowed by the spec but denied", "rung", sb.Report().Rung, "err", err)
-				return false, nil
-			}
-			pol = wide
+		mu.Lock()
+		defer mu.Unlock()
+		if kind != "network" || widened || pol.Network == sandbox.NetworkAllow {
+			return true, nil
 		}
+		if phase != nil {
+			if err := phase.SetPolicy(egressPolicy(sandbox.Policy{Network: sandbox.NetworkAllow}, r.ProxyDir)); err != nil {
+				r.logger().Warn("network escalation allowed by the spec but denied", "rung", sb.Report().Rung, "err", err)
+				return false, nil
+			}
+			widened = true
+			return true, nil
+		}
+		// A rung that cannot widen its policy mid-trial denies the
+		// request (recorded as such) rather than failing the trial.
+		ps, ok := sb.(policySetter)
+		if !ok {
+			r.logger().Warn("network escalation allowed by the spec but denied: the sandbox cannot widen its policy", "rung", sb.Report().Rung)
+			return false, nil
+		}
+		wide, err := r.withProxy(ctx, proxies, sandbox.Policy{Network: sandbox.NetworkAllow}, onEvent)
+		if err != nil {
+			r.logger().Warn("network escalation allowed by the spec but denied", "rung", sb.Report().Rung, "err", err)
+			return false, nil
+		}
+		if err := ps.SetPolicy(wide); err != nil {
+			r.logger().Warn("network escalation allowed by the spec but denied", "rung", sb.Report().Rung, "err", err)
+			return false, nil
+		}
+		widened = true
 		return true, nil
 	}
 }

@@ -60,8 +60,9 @@ type Outcome struct {
 	Trial    int
 	Attempt  int
 	Status   string
-	// ErrorKind classifies an errored trial: image, setup, sandbox, checker,
-	// model, agent, timeout.
+	// ErrorKind classifies an errored trial: image, setup, sandbox, service
+	// (the task's service or its healthcheck), checker, model, agent,
+	// timeout.
 	ErrorKind string
 	Error     string
 	Output    string

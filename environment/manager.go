@@ -455,6 +455,15 @@ func TrialPolicy(env *spec.Environment) sandbox.Policy {
 	return sandbox.Policy{Network: networkOr(pol.Network, sandbox.NetworkDeny), AllowHosts: pol.AllowHosts}
 }
 
+// CheckerPolicy is the network policy of env's checker: checker.network
+// (with its allow_hosts) when set, else the trial's (TrialPolicy).
+func CheckerPolicy(env *spec.Environment) sandbox.Policy {
+	if c := env.Checker; c != nil && c.Network != "" {
+		return sandbox.Policy{Network: c.Network, AllowHosts: c.AllowHosts}
+	}
+	return TrialPolicy(env)
+}
+
 // NewSandbox creates a trial's sandbox, restored from the setup snapshot,
 // with env's own policy: network pol (from TrialPolicy, with the engine's
 // proxy), limits, read-only root and command timeout. env must be the

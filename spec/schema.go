@@ -91,6 +91,7 @@ func schemaEnums() map[string][]string {
 		"SandboxPolicy.min_isolation": IsolationLevels(),
 		"SandboxPolicy.ladder":        Rungs(),
 		"Environment.setup_network":   SetupNetworkModes(),
+		"Checker.network":             NetworkModes(),
 		"Recording.mode":              RecordingModes(),
 		"Fault.kind":                  FaultKinds(),
 		"Builtin.tool_call_mode":      ToolCallModes(),

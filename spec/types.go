@@ -431,6 +431,10 @@ type Checker struct {
 	// grade depends on (SWE-bench's test lists) comes from the record this
 	// way, never back through the sandbox.
 	ParserArgs JSON `json:"parser_args,omitempty"`
+	// Setup runs with /bin/sh -c as root after the files are written and
+	// before the command (decoding binary files, setting modes): the
+	// checker's files are the harness's, whatever user the command runs as.
+	Setup []string `json:"setup,omitempty"`
 	// User runs the command (default: environment.user).
 	User string `json:"user,omitempty"`
 	// Network is the checker's own network: deny | allowlist (with

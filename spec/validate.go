@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // The valid values of the spec's enumerations. They are functions, not
@@ -499,12 +500,84 @@ func (v *validator) environment(path string, e *Environment) {
 	if sb := e.Sandbox; sb != nil {
 		v.sandbox(path+".sandbox", sb)
 	}
+	for i, st := range e.Setup {
+		v.user(indexPath(path+".setup", i)+".user", st.User)
+	}
+	v.user(path+".user", e.User)
+	if s := e.Service; s != nil {
+		p := path + ".service"
+		if !nonEmptyArgv(s.Command) {
+			v.add(p+".command", "give the service's argv, e.g. [python3, server.py] (a Dockerfile's ENTRYPOINT followed by CMD)", "service.command is empty")
+		}
+		v.user(p+".user", s.User)
+		if s.Workdir != "" && !strings.HasPrefix(s.Workdir, "/") {
+			v.add(p+".workdir", "write an absolute path inside the sandbox, e.g. /app", "service.workdir %q is not absolute", s.Workdir)
+		}
+	}
+	if h := e.Healthcheck; h != nil {
+		p := path + ".healthcheck"
+		if !nonEmptyArgv(h.Command) {
+			v.add(p+".command", "give the check's argv, e.g. [curl, -sf, http://localhost:8000/health], or [/bin/sh, -c, CMD]", "healthcheck.command is empty")
+		}
+		if h.Retries < 0 {
+			v.add(p+".retries", "use 0 for Docker's default (3), or a positive count", "healthcheck.retries must not be negative")
+		}
+		for _, d := range []struct {
+			name string
+			d    Duration
+		}{{"interval", h.Interval}, {"timeout", h.Timeout}, {"start_period", h.StartPeriod}, {"start_interval", h.StartInterval}} {
+			if d.d < 0 {
+				v.add(p+"."+d.name, "use a positive duration such as 5s, or leave it out for Docker's default", "healthcheck.%s must not be negative", d.name)
+			}
+		}
+		v.user(p+".user", h.User)
+	}
 	if c := e.Checker; c != nil {
 		p := path + ".checker"
 		if c.Parser != "" && !ParserSyntaxOK(c.Parser) {
 			v.add(p+".parser", "use exit-code, json, junit:<path> or module:function", "bad parser %q", c.Parser)
 		}
+		v.user(p+".user", c.User)
+		v.enum(p+".network", "checker network", c.Network, NetworkModes())
+		switch {
+		case c.Network == "allowlist" && len(c.AllowHosts) == 0:
+			v.add(p+".network", "list the hosts the checker may reach in checker.allow_hosts as host:port", "checker network allowlist needs allow_hosts")
+		case c.Network != "allowlist" && len(c.AllowHosts) > 0:
+			v.add(p+".allow_hosts", "set checker.network: allowlist", "checker.allow_hosts is only used with checker network: allowlist")
+		}
+		for i, h := range c.AllowHosts {
+			v.hostPort(indexPath(p+".allow_hosts", i), h)
+		}
+		if c.Fresh && strings.TrimSpace(c.PatchFile) == "" {
+			v.add(p+".patch_file", "set patch_file to where the checker reads the agent's diff, e.g. /tmp/agent.patch", "a fresh checker needs patch_file: the agent's diff is all that reaches it")
+		}
+		if c.PatchFile != "" && strings.ContainsRune(c.PatchFile, 0) {
+			v.add(p+".patch_file", "", "bad patch_file %q", c.PatchFile)
+		}
 	}
+}
+
+// user checks a user field: a name or numeric id, optionally :group or
+// :gid, as docker run -u takes it. Empty is the default and passes.
+func (v *validator) user(path, u string) {
+	if u == "" {
+		return
+	}
+	name, group, hasGroup := strings.Cut(u, ":")
+	bad := name == "" || (hasGroup && group == "") || strings.Contains(group, ":")
+	for _, r := range u {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			bad = true
+		}
+	}
+	if bad {
+		v.add(path, "write a user name or uid of the image, optionally with :group or :gid (e.g. app, 1000, app:app, 1000:1000)", "bad user %q", u)
+	}
+}
+
+// nonEmptyArgv reports whether argv names a program.
+func nonEmptyArgv(argv []string) bool {
+	return len(argv) > 0 && strings.TrimSpace(argv[0]) != ""
 }
 
 func (v *validator) sandbox(path string, sb *SandboxPolicy) {

@@ -98,8 +98,15 @@ func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
 			dirs = append(dirs, d)
 		}
 	}
+	// The solution's files are the harness's to place, as root (Harbor
+	// uploads /solution as root and runs solve.sh as the agent's user):
+	// only the solution itself runs as the task's user.
+	files := t.Sandbox
+	if t.Harness != nil {
+		files = t.Harness
+	}
 	if len(dirs) > 0 {
-		res, err := t.Sandbox.Exec(ctx, sandbox.ExecRequest{Argv: append([]string{"mkdir", "-p", "--"}, dirs...), Timeout: time.Minute})
+		res, err := files.Exec(ctx, sandbox.ExecRequest{Argv: append([]string{"mkdir", "-p", "--"}, dirs...), Timeout: time.Minute})
 		if err != nil || res.ExitCode != 0 {
 			return agent.Result{StopReason: agent.StopError}, fmt.Errorf("creating solution directories %v: exit %d %s: %v", dirs, res.ExitCode, res.Stderr, err)
 		}
@@ -109,17 +116,21 @@ func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
 		if !path.IsAbs(p) {
 			p = path.Join(t.Workdir, p)
 		}
-		if err := t.Sandbox.WriteFile(ctx, p, []byte(sol.Files[n]), 0o755); err != nil {
+		if err := files.WriteFile(ctx, p, []byte(sol.Files[n]), 0o755); err != nil {
 			return agent.Result{StopReason: agent.StopError}, fmt.Errorf("writing solution file %s: %w", p, err)
 		}
 	}
 	script := sol.Command
-	if sol.Setup != "" {
-		script = sol.Setup + " && " + sol.Command
-	}
 	timeout := t.CommandTimeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
+	}
+	if sol.Setup != "" {
+		// Decoding and modes of the placed files are the harness's too.
+		res, err := files.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", sol.Setup}, Workdir: t.Workdir, Timeout: time.Minute})
+		if err != nil || res.ExitCode != 0 {
+			return agent.Result{StopReason: agent.StopError}, fmt.Errorf("preparing the solution files: exit %d %s: %v", res.ExitCode, res.Stderr, err)
+		}
 	}
 	args, _ := json.Marshal(map[string]string{"command": script})
 	emit(trajectory.Event{Kind: trajectory.KindToolCall, Step: 1, ToolCall: &trajectory.ToolCall{ID: "oracle-1", Name: "oracle_solution", Arguments: args}})
