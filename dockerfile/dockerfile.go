@@ -1,8 +1,11 @@
 // Package dockerfile translates a Dockerfile into an Evals.si environment
 // instead of building it: FROM becomes the image, RUN steps become the
-// snapshotted setup (with WORKDIR, ENV, ARG and SHELL applied to each step as
-// Docker applies them), COPY and ADD of local files become environment
-// files at absolute paths, and the last WORKDIR becomes the workdir.
+// snapshotted setup (with WORKDIR, ENV, ARG, SHELL and USER applied to each
+// step as Docker applies them), COPY and ADD of local files become
+// environment files at absolute paths, the last WORKDIR becomes the
+// workdir and the last USER the user. ENTRYPOINT, CMD and HEALTHCHECK are
+// recorded as the image config Docker would write (Translation.Entrypoint,
+// Cmd, Healthcheck); what runs them is the importer's choice.
 //
 // The Dockerfile is parsed with BuildKit's own parser and instruction
 // decoder (github.com/moby/buildkit/frontend/dockerfile), and words are
@@ -12,8 +15,17 @@
 //
 // What cannot be expressed as "an image plus setup commands" is refused
 // with a *RefusalError saying why: multi-stage builds, COPY --from, remote
-// ADD, RUN --mount (and other RUN flags), RUN heredocs, and USER other than
-// root.
+// ADD, RUN --mount (and other RUN flags), RUN heredocs, COPY
+// --exclude/--parents, ADD --exclude/--checksum, non-octal --chmod, and
+// symbolic links in the build context.
+//
+// USER u[:g] makes the RUN steps after it setup steps of that user, and
+// the WORKDIRs created after it owned by it, as BuildKit does. COPY/ADD
+// --chown=u[:g] is a root step at the instruction's place that chowns what
+// the instruction placed, resolving u and g in the image's /etc/passwd and
+// /etc/group at that point as BuildKit does (a name it cannot find is 0, a
+// uid without a group is also the gid), so a user created by an earlier
+// RUN owns its files.
 //
 // Binary files (not valid UTF-8, or holding NUL bytes) cannot travel in the
 // environment's text files, so they are carried base64-encoded at
@@ -22,12 +34,14 @@
 // restores executable bits, which environment files do not carry; files
 // always stay writable by their owner (see EncodeFiles).
 //
-// Known differences from docker build, by design: every file is in place
+// Known differences from docker build, by design, reported in
+// Translation.Notes when a Dockerfile meets them: every file is in place
 // before the first RUN step (Docker places a COPY's files when it reaches
-// the COPY); the base image's own ENV and WORKDIR are not known when
-// translating, so ${PATH} expands to Docker's default PATH and RUN steps
-// before the first WORKDIR run in /; --chown is ignored (sandboxes run as
-// one user).
+// the COPY); the base image's own config is not read, so ${PATH} expands to
+// Docker's default PATH, other variables it would set expand empty, RUN
+// steps before the first WORKDIR run in / and before the first USER as
+// root, and its ENTRYPOINT and CMD are unknown (Translation.BaseUnread
+// lists what the Dockerfile leaves to it).
 package dockerfile
 
 import (
@@ -75,8 +89,33 @@ type Translation struct {
 	// FileSetup is the command that decodes binary files and sets
 	// permission bits (empty when none is needed); it is also Setup[0].
 	FileSetup string
-	// Setup are shell commands, run in order with /bin/sh -c.
+	// Setup are shell commands, run in order with /bin/sh -c, each as its
+	// step's user (root when empty).
 	Setup []spec.SetupStep
+	// Placement is Setup without its RUN steps: what an image already
+	// built from this Dockerfile needs when Files are placed over it again
+	// (decoding, modes, WORKDIR directories, --chown, ADD's unpacking).
+	Placement []spec.SetupStep
+	// User is the last USER, as written after expansion (empty: none).
+	User string
+	// Entrypoint and Cmd are the image config's: exec form as written,
+	// shell form as SHELL plus the command line. ENTRYPOINT resets a CMD
+	// the base image set but not one this Dockerfile set (BuildKit's rule).
+	Entrypoint []string
+	Cmd        []string
+	// EntrypointSet and CmdSet say the Dockerfile set them (an empty
+	// exec form clears them); when unset the base image's stand.
+	EntrypointSet, CmdSet bool
+	// Healthcheck is HEALTHCHECK (nil when absent or NONE); a shell-form
+	// test runs with the final SHELL, as the Docker daemon runs it.
+	// Durations left zero mean Docker's defaults.
+	Healthcheck *spec.Healthcheck
+	// Notes say where the translation is honoured only in part for this
+	// Dockerfile (see the package comment).
+	Notes []string
+	// BaseUnread lists the image config the Dockerfile leaves to its base
+	// image, which is not read: WORKDIR, USER, ENTRYPOINT, CMD.
+	BaseUnread []string
 }
 
 // RefusalError says why a Dockerfile cannot be translated.
@@ -112,13 +151,16 @@ func Translate(df []byte, contextDir string, buildArgs map[string]string) (*Tran
 		return nil, refuse("multi-stage build (%d FROM instructions): only single-stage Dockerfiles translate to an image plus setup", len(stages))
 	}
 	t := &translator{
-		lex:     shell.NewLex(res.EscapeToken),
-		context: contextDir,
-		args:    map[string]string{},
-		env:     newOrdered(),
-		shell:   []string{"/bin/sh", "-c"},
-		files:   map[string]File{},
-		dirs:    map[string]bool{},
+		lex:        shell.NewLex(res.EscapeToken),
+		context:    contextDir,
+		args:       map[string]string{},
+		env:        newOrdered(),
+		shell:      []string{"/bin/sh", "-c"},
+		files:      map[string]File{},
+		dirs:       map[string]bool{},
+		baseVars:   map[string]bool{},
+		workdirs:   map[string]bool{},
+		placedDirs: map[string]int{},
 	}
 	// ARGs before FROM are in scope for FROM only; a bare ARG inside the
 	// stage brings their value back in (Docker's rule).
@@ -150,6 +192,10 @@ func Translate(df []byte, contextDir string, buildArgs map[string]string) (*Tran
 	t.out = &Translation{Image: img, Platform: platform}
 
 	for _, cmd := range st.Commands {
+		t.seq++
+		if loc := cmd.Location(); len(loc) > 0 {
+			t.line = loc[0].Start.Line
+		}
 		if err := t.command(cmd, meta, buildArgs); err != nil {
 			return nil, err
 		}
@@ -166,18 +212,43 @@ type translator struct {
 	workdir string
 	files   map[string]File
 	dirs    map[string]bool // empty directories to create
-	// steps are the RUN (and WORKDIR mkdir) steps, before the final
-	// unset fix-up below.
+	// steps are the RUN (and WORKDIR mkdir, chown) steps, before the
+	// final unset fix-up below.
 	steps []step
 	out   *Translation
+
+	seq             int            // the instruction's index
+	placedDirs      map[string]int // directories placing files creates, by the first COPY/ADD's seq
+	line            int            // the instruction's line, for notes
+	user            string         // USER so far
+	userLine        int            // line of the first USER (0: none yet)
+	runBefore       struct{ workdir, user bool }
+	firstRun        int      // line of the first RUN (0: none yet)
+	lateCopies      []string // COPY/ADD after the first RUN
+	entrypoint, cmd []string
+	epSet, cmdSet   bool
+	health          []string // HEALTHCHECK's test, built in finish
+	healthCfg       *spec.Healthcheck
+	baseVars        map[string]bool // variables left to the base image
+	workdirs        map[string]bool // directories WORKDIR created
 }
 
-// step is one setup command with the ENV and ARG state it runs under.
+// step is one setup command with the ENV and ARG state it runs under;
+// a step with no workdir is a fix-up run as it is (as root).
 type step struct {
 	cmd     string
 	env     []kv
 	args    []kv
 	workdir string
+	user    string
+	run     bool       // a RUN step, not a fix-up
+	mkdir   *mkdirStep // a WORKDIR's directory, rendered in finish
+}
+
+// mkdirStep is a WORKDIR creating dir as user at instruction seq.
+type mkdirStep struct {
+	dir, user string
+	seq       int
 }
 
 type kv struct{ k, v string }
@@ -218,16 +289,34 @@ func (t *translator) command(cmd instructions.Command, meta, buildArgs map[strin
 			p = path.Join(t.cwd(), p)
 		}
 		t.workdir = path.Clean(p)
-		// docker build creates the WORKDIR.
-		t.steps = append(t.steps, step{cmd: "mkdir -p " + Quote(t.workdir)})
+		t.workdirs[t.workdir] = true
+		// docker build creates the WORKDIR, owned by the USER in force;
+		// the command is made in finish, which knows what later COPYs
+		// place (and so create early) under it.
+		t.steps = append(t.steps, step{mkdir: &mkdirStep{dir: t.workdir, user: t.user, seq: t.seq}})
 	case *instructions.ShellCommand:
 		t.shell = slices.Clone(c.Shell)
 	case *instructions.UserCommand:
-		if u := strings.SplitN(c.User, ":", 2)[0]; u != "root" && u != "0" {
-			return refuse("USER %s: setup and agents run as the image's root user; a non-root USER is not translated", c.User)
+		if c.User == "" {
+			return errors.New("USER with no user")
+		}
+		t.user = c.User
+		if t.userLine == 0 {
+			t.userLine = t.line
 		}
 	case *instructions.RunCommand:
 		return t.run(c)
+	case *instructions.EntrypointCommand:
+		t.entrypoint, t.epSet = t.cmdLine(c.ShellDependantCmdLine), true
+		if !t.cmdSet {
+			t.cmd = nil // the base image's CMD, not one set here
+		}
+	case *instructions.CmdCommand:
+		t.cmd, t.cmdSet = t.cmdLine(c.ShellDependantCmdLine), true
+	case *instructions.HealthCheckCommand:
+		if err := t.healthcheck(c); err != nil {
+			return err
+		}
 	case *instructions.CopyCommand:
 		if c.From != "" {
 			return refuse("COPY --from=%s copies from another stage or image, which needs a real build", c.From)
@@ -235,7 +324,7 @@ func (t *translator) command(cmd instructions.Command, meta, buildArgs map[strin
 		if len(c.ExcludePatterns) > 0 || c.Parents {
 			return refuse("COPY --exclude/--parents is not translated")
 		}
-		return t.copy("COPY", c.SourcesAndDest, c.Chmod, false)
+		return t.copy("COPY", c.SourcesAndDest, c.Chmod, c.Chown, false)
 	case *instructions.AddCommand:
 		if len(c.ExcludePatterns) > 0 || c.Checksum != "" {
 			return refuse("ADD --exclude/--checksum is not translated")
@@ -246,12 +335,44 @@ func (t *translator) command(cmd instructions.Command, meta, buildArgs map[strin
 			}
 		}
 		unpack := c.Unpack == nil || *c.Unpack
-		return t.copy("ADD", c.SourcesAndDest, c.Chmod, unpack)
+		return t.copy("ADD", c.SourcesAndDest, c.Chmod, c.Chown, unpack)
 	case *instructions.OnbuildCommand:
 		// Triggers run only in images built FROM this one.
 	default:
-		// CMD, ENTRYPOINT, EXPOSE, LABEL, HEALTHCHECK, VOLUME, STOPSIGNAL,
-		// MAINTAINER: metadata that does not change the filesystem.
+		// EXPOSE, LABEL, VOLUME, STOPSIGNAL, MAINTAINER: metadata that
+		// neither changes the filesystem nor says what runs.
+	}
+	return nil
+}
+
+// cmdLine is an ENTRYPOINT's or CMD's argv: exec form as written, shell
+// form as the SHELL in force plus the command line.
+func (t *translator) cmdLine(c instructions.ShellDependantCmdLine) []string {
+	if c.PrependShell {
+		return append(slices.Clone(t.shell), strings.Join(c.CmdLine, " "))
+	}
+	return slices.Clone(c.CmdLine)
+}
+
+// healthcheck records HEALTHCHECK: NONE clears it (a base image's too).
+func (t *translator) healthcheck(c *instructions.HealthCheckCommand) error {
+	h := c.Health
+	if h == nil || len(h.Test) == 0 || h.Test[0] == "NONE" {
+		t.health, t.healthCfg = nil, nil
+		return nil
+	}
+	switch h.Test[0] {
+	case "CMD", "CMD-SHELL":
+	default:
+		return fmt.Errorf("HEALTHCHECK test %q: want CMD or CMD-SHELL", h.Test[0])
+	}
+	t.health = slices.Clone(h.Test)
+	t.healthCfg = &spec.Healthcheck{
+		Interval:      spec.Duration(h.Interval),
+		Timeout:       spec.Duration(h.Timeout),
+		StartPeriod:   spec.Duration(h.StartPeriod),
+		StartInterval: spec.Duration(h.StartInterval),
+		Retries:       h.Retries,
 	}
 	return nil
 }
@@ -286,7 +407,12 @@ func (t *translator) run(c *instructions.RunCommand) error {
 	for i, a := range argv {
 		q[i] = Quote(a)
 	}
-	s := step{cmd: "exec " + strings.Join(q, " "), workdir: t.cwd(), env: t.env.list()}
+	if t.firstRun == 0 {
+		t.firstRun = t.line
+		t.runBefore.workdir = t.workdir == ""
+		t.runBefore.user = t.userLine == 0
+	}
+	s := step{cmd: "exec " + strings.Join(q, " "), workdir: t.cwd(), env: t.env.list(), user: stepUser(t.user), run: true}
 	for _, k := range sortedKeys(t.args) {
 		s.args = append(s.args, kv{k, t.args[k]})
 	}
@@ -296,14 +422,32 @@ func (t *translator) run(c *instructions.RunCommand) error {
 
 // expand expands a word with the ARGs and ENV in scope.
 func (t *translator) expand(w string) (string, error) {
-	m := map[string]string{"PATH": DefaultPath}
+	m := map[string]string{}
 	for k, v := range t.args {
 		m[k] = v
 	}
 	for _, p := range t.env.list() {
 		m[p.k] = p.v
 	}
-	return t.expandWith(w, mapEnv(m))
+	_, ownPath := m["PATH"]
+	if !ownPath {
+		m["PATH"] = DefaultPath
+	}
+	if w == "" {
+		return "", nil
+	}
+	res, err := t.lex.ProcessWordWithMatches(w, mapEnv(m))
+	if err != nil {
+		return "", err
+	}
+	// What the Dockerfile does not define, the base image might: note it.
+	for k := range res.Unmatched {
+		t.baseVars[k] = true
+	}
+	if _, used := res.Matched["PATH"]; used && !ownPath {
+		t.baseVars["PATH"] = true
+	}
+	return res.Result, nil
 }
 
 func (t *translator) expandWith(w string, env mapEnv) (string, error) {
@@ -323,13 +467,46 @@ func isRemote(s string) bool {
 	return false
 }
 
-// copy places the sources of a COPY or ADD.
-func (t *translator) copy(instr string, sd instructions.SourcesAndDest, chmod string, unpack bool) error {
+// copy places the sources of a COPY or ADD, and with --chown adds a root
+// step here that chowns what it placed.
+func (t *translator) copy(instr string, sd instructions.SourcesAndDest, chmod, chown string, unpack bool) error {
+	if t.firstRun != 0 {
+		t.lateCopies = append(t.lateCopies, fmt.Sprintf("%s at line %d", instr, t.line))
+	}
+	placed := &placement{}
+	if err := t.place(instr, sd, chmod, unpack, placed); err != nil {
+		return err
+	}
+	for _, p := range placed.paths {
+		for d := path.Dir(p); d != "/"; d = path.Dir(d) {
+			if _, ok := t.placedDirs[d]; !ok {
+				t.placedDirs[d] = t.seq
+			}
+		}
+	}
+	if chown != "" && !isRoot(chown) {
+		if len(placed.paths) > 0 {
+			t.steps = append(t.steps, step{cmd: chownCmd(chown, placed.paths)})
+		}
+		if len(placed.archives) > 0 {
+			// ADD --chown applies to what an archive unpacks too.
+			t.steps = append(t.steps, step{cmd: chownCmd(chown, placed.archives, "-R")})
+		}
+	}
+	return nil
+}
+
+// placement is what one COPY or ADD placed: files and directories it
+// created, and directories it unpacked archives into.
+type placement struct{ paths, archives []string }
+
+func (t *translator) place(instr string, sd instructions.SourcesAndDest, chmod string, unpack bool, placed *placement) error {
 	if len(sd.SourceContents) > 0 {
 		// COPY <<EOF /path: inline files.
 		for _, sc := range sd.SourceContents {
 			dest := t.destFor(sd.DestPath, sc.Path, len(sd.SourceContents) > 1)
 			t.files[dest] = File{Data: []byte(sc.Data), Mode: 0o644}
+			placed.paths = append(placed.paths, dest)
 		}
 		return nil
 	}
@@ -371,7 +548,7 @@ func (t *translator) copy(instr string, sd instructions.SourcesAndDest, chmod st
 			if !path.IsAbs(dest) {
 				dest = path.Join(t.cwd(), dest)
 			}
-			if err := t.copyDir(src, path.Clean(dest), mode); err != nil {
+			if err := t.copyDir(src, path.Clean(dest), mode, placed); err != nil {
 				return fmt.Errorf("%s %s: %w", instr, src, err)
 			}
 			continue
@@ -388,13 +565,16 @@ func (t *translator) copy(instr string, sd instructions.SourcesAndDest, chmod st
 			tmp := path.Join("/.evalsi-add", fmt.Sprintf("%d-%s", len(t.files), filepath.Base(src)))
 			t.files[tmp] = File{Data: data, Mode: 0o644}
 			t.steps = append(t.steps, step{cmd: fmt.Sprintf("mkdir -p %s && tar -xf %s -C %s && rm -f %s", Quote(dest), Quote(tmp), Quote(dest), Quote(tmp))})
+			placed.archives = append(placed.archives, dest)
 			continue
 		}
 		m := fi.Mode().Perm()
 		if mode != 0 {
 			m = mode
 		}
-		t.files[t.destFor(sd.DestPath, filepath.Base(src), multi)] = File{Data: data, Mode: m}
+		dest := t.destFor(sd.DestPath, filepath.Base(src), multi)
+		t.files[dest] = File{Data: data, Mode: m}
+		placed.paths = append(placed.paths, dest)
 	}
 	return nil
 }
@@ -412,7 +592,7 @@ func (t *translator) destFor(dest, base string, multi bool) string {
 	return path.Clean(dest)
 }
 
-func (t *translator) copyDir(src, dest string, mode fs.FileMode) error {
+func (t *translator) copyDir(src, dest string, mode fs.FileMode, placed *placement) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -424,6 +604,11 @@ func (t *translator) copyDir(src, dest string, mode fs.FileMode) error {
 		target := path.Join(dest, filepath.ToSlash(rel))
 		if d.IsDir() {
 			t.dirs[target] = true
+			// The destination itself keeps its owner when a WORKDIR made
+			// it; what the copy creates is the copy's.
+			if target != dest || !t.workdirs[dest] {
+				placed.paths = append(placed.paths, target)
+			}
 			return nil
 		}
 		if d.Type()&fs.ModeSymlink != 0 {
@@ -442,6 +627,7 @@ func (t *translator) copyDir(src, dest string, mode fs.FileMode) error {
 			m = mode
 		}
 		t.files[target] = File{Data: data, Mode: m}
+		placed.paths = append(placed.paths, target)
 		return nil
 	})
 }
@@ -496,11 +682,57 @@ func (t *translator) finish() (*Translation, error) {
 	out.FileSetup = fix
 	if fix != "" {
 		out.Setup = append(out.Setup, spec.SetupStep{Run: fix})
+		out.Placement = append(out.Placement, spec.SetupStep{Run: fix})
 	}
 	for _, s := range t.steps {
-		out.Setup = append(out.Setup, spec.SetupStep{Run: s.render(final)})
+		if s.mkdir != nil {
+			s.cmd = t.mkdirOwned(*s.mkdir)
+		}
+		st := spec.SetupStep{Run: s.render(final), User: s.user}
+		out.Setup = append(out.Setup, st)
+		if !s.run {
+			out.Placement = append(out.Placement, st)
+		}
 	}
+	out.User = t.user
+	out.Entrypoint, out.EntrypointSet = t.entrypoint, t.epSet
+	out.Cmd, out.CmdSet = t.cmd, t.cmdSet
+	if t.healthCfg != nil {
+		h := *t.healthCfg
+		if t.health[0] == "CMD-SHELL" {
+			// The daemon runs a shell-form test with the image's SHELL.
+			h.Command = append(slices.Clone(t.shell), t.health[1])
+		} else {
+			h.Command = slices.Clone(t.health[1:])
+		}
+		out.Healthcheck = &h
+	}
+	t.notes()
 	return out, nil
+}
+
+// notes records where this Dockerfile meets a known difference.
+func (t *translator) notes() {
+	out := t.out
+	if len(t.lateCopies) > 0 {
+		out.Notes = append(out.Notes, fmt.Sprintf("%s: files are placed before the first RUN (line %d), not when docker build reaches them; a RUN that changes those paths before is run on the copied files", strings.Join(t.lateCopies, ", "), t.firstRun))
+	}
+	if len(t.baseVars) > 0 {
+		names := sortedKeys(t.baseVars)
+		out.Notes = append(out.Notes, fmt.Sprintf("${%s} not set by the Dockerfile: the base image's value is not read (PATH is Docker's default, others are empty)", strings.Join(names, "}, ${")))
+	}
+	if t.workdir == "" || t.runBefore.workdir {
+		out.BaseUnread = append(out.BaseUnread, "WORKDIR")
+	}
+	if t.userLine == 0 || t.runBefore.user {
+		out.BaseUnread = append(out.BaseUnread, "USER")
+	}
+	if !t.epSet {
+		out.BaseUnread = append(out.BaseUnread, "ENTRYPOINT")
+	}
+	if !t.epSet && !t.cmdSet {
+		out.BaseUnread = append(out.BaseUnread, "CMD")
+	}
 }
 
 // render writes a step as one sh -c command: the ENV and ARGs in force at

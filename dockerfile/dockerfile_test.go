@@ -114,13 +114,14 @@ func TestTranslateBuildArgAndSingleFileDest(t *testing.T) {
 func TestTranslateRefusals(t *testing.T) {
 	ctx := writeContext(t, map[string]string{"f": "x"})
 	cases := map[string]string{
-		"multi-stage":   "FROM golang AS build\nRUN go build\nFROM debian\nCOPY --from=build /x /x\n",
-		"copy --from":   "FROM debian\nCOPY --from=alpine /bin/sh /sh\n",
-		"remote ADD":    "FROM debian\nADD https://example.com/x.tar.gz /opt/\n",
-		"RUN --mount":   "FROM debian\nRUN --mount=type=cache,target=/root/.cache pip install x\n",
-		"heredoc":       "FROM debian\nRUN <<EOF\necho hi\nEOF\n",
-		"non-root USER": "FROM debian\nUSER app\n",
-		"scratch":       "FROM scratch\nCOPY f /f\n",
+		"multi-stage":    "FROM golang AS build\nRUN go build\nFROM debian\nCOPY --from=build /x /x\n",
+		"copy --from":    "FROM debian\nCOPY --from=alpine /bin/sh /sh\n",
+		"remote ADD":     "FROM debian\nADD https://example.com/x.tar.gz /opt/\n",
+		"RUN --mount":    "FROM debian\nRUN --mount=type=cache,target=/root/.cache pip install x\n",
+		"heredoc":        "FROM debian\nRUN <<EOF\necho hi\nEOF\n",
+		"copy --parents": "FROM debian\nCOPY --parents f /x/\n",
+		"chmod symbolic": "FROM debian\nCOPY --chmod=u+x f /f\n",
+		"scratch":        "FROM scratch\nCOPY f /f\n",
 	}
 	for name, df := range cases {
 		t.Run(name, func(t *testing.T) {

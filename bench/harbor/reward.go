@@ -8,9 +8,12 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"evals.si/checker"
 	"evals.si/sandbox"
@@ -31,39 +34,131 @@ func RegisterParsers(reg *checker.Registry) {
 	reg.Register(ParserReward, rewardVerdict)
 }
 
-// ParseRewards reads Harbor's reward files as its verifier does
-// (upstream since 2026-05): reward.json when present (a JSON object of
-// numbers), else reward.txt (one number; surrounding whitespace allowed).
-// Neither present, an empty reward.txt and unparsable content are errors:
-// the verifier produced no reward.
+// ParseRewards reads Harbor's reward files as Harbor 0.25.0's verifier does
+// (harbor/verifier/verifier.py, _parse_reward_json/_parse_reward_text, and
+// VerifierResult's pydantic model): reward.json when it exists, even when
+// reward.txt does too and even when reward.json is bad; else reward.txt.
+// Every way the verifier produced no usable reward is an error: neither
+// file, an empty file, text that is not UTF-8, JSON that is not an object
+// of numbers (true and false count as 1 and 0, as pydantic coerces them),
+// an object with no reward at all (TrialResult.reward_valid is then false),
+// a reward.txt Python's float() does not read, and a non-finite number.
 func ParseRewards(jsonData []byte, jsonOK bool, txtData []byte, txtOK bool) (map[string]float64, error) {
 	switch {
 	case jsonOK:
-		var raw map[string]any
+		if len(jsonData) == 0 {
+			return nil, fmt.Errorf("%s is empty (Harbor: RewardFileEmptyError)", RewardJSON)
+		}
+		if !utf8.Valid(jsonData) {
+			return nil, fmt.Errorf("%s is not UTF-8 text (Harbor: UnicodeDecodeError)", RewardJSON)
+		}
+		var raw any
 		if err := json.Unmarshal(jsonData, &raw); err != nil {
-			return nil, fmt.Errorf("%s is not a JSON object: %w", RewardJSON, err)
+			return nil, fmt.Errorf("%s is not JSON (Harbor: VerifierOutputParseError): %w", RewardJSON, err)
+		}
+		obj, ok := raw.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s holds %s, not a JSON object of rewards (Harbor: VerifierOutputParseError or a validation error)", RewardJSON, jsonKind(raw))
 		}
 		out := map[string]float64{}
-		for k, v := range raw {
-			f, ok := v.(float64)
-			if !ok {
-				return nil, fmt.Errorf("%s: reward %q is %T, not a number", RewardJSON, k, v)
+		for k, v := range obj {
+			switch v := v.(type) {
+			case float64:
+				out[k] = v
+			case bool:
+				out[k] = 0
+				if v {
+					out[k] = 1
+				}
+			default:
+				return nil, fmt.Errorf("%s: reward %q is %s, not a number (Harbor: VerifierOutputParseError)", RewardJSON, k, jsonKind(v))
 			}
-			out[k] = f
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("%s is an empty object: no reward (Harbor: reward_valid is false)", RewardJSON)
 		}
 		return out, nil
 	case txtOK:
-		s := strings.TrimSpace(string(txtData))
-		if s == "" {
+		if len(txtData) == 0 {
 			return nil, fmt.Errorf("%s is empty (Harbor: RewardFileEmptyError)", RewardTxt)
 		}
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil || math.IsNaN(f) {
-			return nil, fmt.Errorf("%s holds %q, not a number (Harbor: VerifierOutputParseError)", RewardTxt, s)
+		if !utf8.Valid(txtData) {
+			return nil, fmt.Errorf("%s is not UTF-8 text (Harbor: UnicodeDecodeError)", RewardTxt)
+		}
+		f, err := pyFloat(string(txtData))
+		if err != nil {
+			return nil, fmt.Errorf("%s holds %q: %v (Harbor: VerifierOutputParseError)", RewardTxt, txtData, err)
 		}
 		return map[string]float64{"reward": f}, nil
 	}
 	return nil, fmt.Errorf("the verifier wrote neither %s nor %s (Harbor: RewardFileNotFoundError)", RewardJSON, RewardTxt)
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	case float64:
+		return "a number"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// pyFloatSyntax is the grammar of Python's float() for str (digits made
+// ASCII and spaces stripped first), underscores between digits included.
+var pyFloatSyntax = regexp.MustCompile(`^[+-]?(?:(?:\d(?:_?\d)*)?\.\d(?:_?\d)*|\d(?:_?\d)*\.?)(?:[eE][+-]?\d(?:_?\d)*)?$`)
+
+var pyFloatSpecial = regexp.MustCompile(`^[+-]?(?i:inf|infinity|nan)$`)
+
+// pyFloat is float(s) followed by Harbor's finiteness check: Python maps
+// non-ASCII spaces to ' ' and non-ASCII decimal digits to ASCII ones,
+// strips ASCII whitespace (not \x1c-\x1f, which str.strip would), then
+// reads a decimal (never hexadecimal) number.
+func pyFloat(s string) (float64, error) {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r < utf8.RuneSelf:
+			b.WriteRune(r)
+		case unicode.IsSpace(r):
+			b.WriteByte(' ')
+		case unicode.Is(unicode.Nd, r):
+			b.WriteByte('0' + byte(digitValue(r)))
+		default:
+			return 0, errors.New("not a number")
+		}
+	}
+	t := strings.Trim(b.String(), " \t\n\v\f\r")
+	if pyFloatSpecial.MatchString(t) {
+		return 0, errors.New("not a finite number")
+	}
+	if !pyFloatSyntax.MatchString(t) {
+		return 0, errors.New("not a number")
+	}
+	f, err := strconv.ParseFloat(strings.ReplaceAll(t, "_", ""), 64)
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, errors.New("not a finite number")
+	}
+	if err != nil {
+		return 0, err
+	}
+	return f, nil
+}
+
+// digitValue is a Unicode decimal digit's value: Unicode puts every
+// script's digits in runs of ten from zero upwards.
+func digitValue(r rune) int {
+	start := r
+	for unicode.Is(unicode.Nd, start-1) {
+		start--
+	}
+	return int(r-start) % 10
 }
 
 // Score is the trial's score: the "reward" key, or the only key, or the

@@ -54,6 +54,21 @@ type Refusal struct {
 type Result struct {
 	Records []spec.Record `json:"records"`
 	Refused []Refusal     `json:"refused,omitempty"`
+	// Notes are, by record ID, what that record honours of its task only
+	// in part. They travel beside the records, never in them, so a
+	// record's identity and stored spec do not depend on them.
+	Notes map[string][]string `json:"notes,omitempty"`
+}
+
+// Note adds notes for the record id.
+func (r *Result) Note(id string, notes ...string) {
+	if len(notes) == 0 {
+		return
+	}
+	if r.Notes == nil {
+		r.Notes = map[string][]string{}
+	}
+	r.Notes[id] = append(r.Notes[id], notes...)
 }
 
 // Importer imports a dataset URI, keeping the refusals.
@@ -220,32 +235,52 @@ func Select(all []string, want []string) ([]string, error) {
 // Environment is a task's translated environment, before the importer adds
 // its checker and network.
 func Environment(dfPath, contextDir string, q Query) (*spec.Environment, error) {
+	env, _, err := Translate(dfPath, contextDir, q)
+	return env, err
+}
+
+// Translate is Environment with the translation itself, for the image
+// config (USER, ENTRYPOINT, CMD, HEALTHCHECK) and the notes.
+func Translate(dfPath, contextDir string, q Query) (*spec.Environment, *dockerfile.Translation, error) {
 	b, err := os.ReadFile(dfPath)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	tr, err := dockerfile.Translate(b, contextDir, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	env := &spec.Environment{Image: tr.Image, Files: tr.Files, Setup: tr.Setup, Env: tr.Env}
 	if q.Image != "" {
 		// The named image stands for the built Dockerfile: its RUN steps
-		// are taken as done. Files, ENV and WORKDIR are still applied;
-		// placing them again over a built image changes nothing.
+		// are taken as done. Files, ENV and WORKDIR are still applied, and
+		// the fix-ups that give placed files their modes and owners, so
+		// placing them again over the built image changes nothing.
 		env.Image = q.Image
-		env.Setup = nil
-		if tr.FileSetup != "" {
-			env.Setup = spec.Steps(tr.FileSetup)
-		}
+		env.Setup = tr.Placement
 	}
 	if tr.Workdir != "" {
 		env.Sandbox = &spec.SandboxPolicy{Workdir: tr.Workdir}
 	}
-	return env, nil
+	return env, tr, nil
 }
 
-// SetNetwork applies the task's network mode, tightened by ?network=deny.
+// BaseNote words what of the base image's config a task depends on but is
+// not read (unread lists WORKDIR, USER, ENTRYPOINT, CMD), or "" for none.
+func BaseNote(image string, unread []string) string {
+	if len(unread) == 0 {
+		return ""
+	}
+	def := map[string]string{"WORKDIR": "/", "USER": "root", "ENTRYPOINT": "none", "CMD": "none"}
+	parts := make([]string, len(unread))
+	for i, u := range unread {
+		parts[i] = u + " (taken as " + def[u] + ")"
+	}
+	return fmt.Sprintf("the config of image %s is not read: its %s", image, strings.Join(parts, ", "))
+}
+
+// SetNetwork applies the task's network mode, tightened by ?network=deny
+// (which also denies setup its network).
 func SetNetwork(env *spec.Environment, mode string, hosts []string, q Query) {
 	if env.Sandbox == nil {
 		env.Sandbox = &spec.SandboxPolicy{}
@@ -255,9 +290,9 @@ func SetNetwork(env *spec.Environment, mode string, hosts []string, q Query) {
 	}
 	env.Sandbox.Network = mode
 	env.Sandbox.AllowHosts = hosts
-	if mode == "allow" && q.Network != "deny" {
-		// Docker builds with the network on; setup reaches package
-		// mirrors as the build would.
+	if q.Network != "deny" {
+		// Docker builds with the network on whatever the task's network
+		// when it runs: setup reaches package mirrors as the build would.
 		env.SetupNetwork = "allow"
 	}
 }

@@ -2,8 +2,10 @@ package importer
 
 import (
 	"net/url"
+	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -53,5 +55,41 @@ func TestSelect(t *testing.T) {
 	}
 	if _, err := Select(all, []string{"z"}); err == nil {
 		t.Error("an unknown name must be an error")
+	}
+}
+
+// TestTranslateOverImage: with image=REF the RUN steps are taken as done,
+// while the steps that give placed files their modes and owners (and the
+// WORKDIR directories) still run over the built image.
+func TestTranslateOverImage(t *testing.T) {
+	dir := t.TempDir()
+	df := "FROM debian\nRUN useradd app\nWORKDIR /app\nCOPY --chown=app run.sh /app/\nUSER app\nRUN make\n"
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "run.sh"), []byte("echo\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env, tr, err := Translate(filepath.Join(dir, "Dockerfile"), dir, Query{Image: "oci-layout:/built"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Image != "oci-layout:/built" || tr.User != "app" || env.Files["/app/run.sh"] != "echo\n" {
+		t.Errorf("image %q user %q files %v", env.Image, tr.User, env.Files)
+	}
+	var runs []string
+	for _, s := range env.Setup {
+		runs = append(runs, s.Run)
+	}
+	got := strings.Join(runs, "\n")
+	for _, want := range []string{"chmod 755 /app/run.sh", "mkdir -p /app", `chown "$o" /app/run.sh`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("setup lacks %q:\n%s", want, got)
+		}
+	}
+	for _, not := range []string{"useradd", "make"} {
+		if strings.Contains(got, not) {
+			t.Errorf("setup runs %q over the built image:\n%s", not, got)
+		}
 	}
 }

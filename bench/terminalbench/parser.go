@@ -39,7 +39,17 @@ const (
 // output has no "short test summary info" header.
 var ErrNoSummary = errors.New("no pytest \"short test summary info\" section in the test output (Terminal-Bench: PARSE_ERROR)")
 
-var summaryHeader = regexp.MustCompile(`(?i)=+\s*short test summary info\s*=+`)
+// summaryHeader is SHORT_TEST_SUMMARY_INFO_PATTERN with re.IGNORECASE;
+// Python's \s (str patterns) also matches Unicode spaces and \x1c-\x1f.
+var summaryHeader = regexp.MustCompile(`(?i)=+` + pySpaces + `*short test summary info` + pySpaces + `*=+`)
+
+// pySpaces is a class matching what Python's str.isspace and re's \s match.
+const pySpaces = `[\t\n\v\f\r \x1c-\x1f\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]`
+
+func pyIsSpace(r rune) bool { return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f) }
+
+// pyStrip is str.strip().
+func pyStrip(s string) string { return strings.TrimFunc(s, pyIsSpace) }
 
 // pytestStatuses are the members of Terminal-Bench's PytestTestStatus and
 // what they map to. UNKNOWN lines are dropped by the parser, so it never
@@ -54,7 +64,7 @@ var pytestStatuses = map[string]Status{
 	"UNKNOWN": "",
 }
 
-// ParsePytest is Terminal-Bench 1's PytestParser.parse: split once on the
+// ParsePytest is Terminal-Bench 0.2.18's PytestParser.parse: split once on the
 // short test summary header (ErrNoSummary when it is absent), then read one
 // "STATUS path::name" per line. FAILED lines lose their last " - "
 // description; the name is what follows the first "::"; a later line for
@@ -75,12 +85,12 @@ func ParsePytest(content string) (map[string]Status, error) {
 		if len(parts) <= 1 {
 			continue
 		}
-		status := strings.Trim(strings.TrimFunc(parts[0], unicode.IsSpace), ":")
+		status := strings.Trim(pyStrip(parts[0]), ":")
 		st, ok := pytestStatuses[status]
 		if !ok || status == "UNKNOWN" {
 			continue
 		}
-		path := strings.TrimFunc(parts[1], unicode.IsSpace)
+		path := pyStrip(parts[1])
 		name := path
 		if _, after, found := strings.Cut(path, "::"); found {
 			name = after
@@ -104,21 +114,23 @@ func Resolved(results map[string]Status) bool {
 	return true
 }
 
-// ParseSWEBench is Terminal-Bench's SWEBenchParser: the text between the
-// markers must be exactly PASSED (after trimming) for the single test to
-// pass; a missing marker is a parse error.
+// ParseSWEBench is Terminal-Bench 0.2.18's SWEBenchParser: both markers
+// must be somewhere in the output (a parse error otherwise); the block is
+// what follows the first start marker up to the last end marker after it
+// (all of it when there is none after it), and the single test passes when
+// the block is exactly PASSED after stripping.
 func ParseSWEBench(content string) (map[string]Status, error) {
 	const start, end = "SWEBench results starts here", "SWEBench results ends here"
-	i := strings.Index(content, start)
-	if i < 0 {
-		return nil, fmt.Errorf("no %q marker in the test output (Terminal-Bench: PARSE_ERROR)", start)
+	for _, m := range []string{start, end} {
+		if !strings.Contains(content, m) {
+			return nil, fmt.Errorf("no %q marker in the test output (Terminal-Bench: PARSE_ERROR)", m)
+		}
 	}
-	rest := content[i+len(start):]
-	j := strings.Index(rest, end)
-	if j < 0 {
-		return nil, fmt.Errorf("no %q marker in the test output (Terminal-Bench: PARSE_ERROR)", end)
+	_, block, _ := strings.Cut(content, start)
+	if j := strings.LastIndex(block, end); j >= 0 {
+		block = block[:j]
 	}
-	if strings.TrimSpace(rest[:j]) == "PASSED" {
+	if pyStrip(block) == "PASSED" {
 		return map[string]Status{"tests": Passed}, nil
 	}
 	return map[string]Status{"tests": Failed}, nil
@@ -221,15 +233,15 @@ func pySplitLines(s string) []string {
 
 // pySplitMax1 is Python's str.split(maxsplit=1).
 func pySplitMax1(s string) []string {
-	s = strings.TrimLeftFunc(s, unicode.IsSpace)
+	s = strings.TrimLeftFunc(s, pyIsSpace)
 	if s == "" {
 		return nil
 	}
-	i := strings.IndexFunc(s, unicode.IsSpace)
+	i := strings.IndexFunc(s, pyIsSpace)
 	if i < 0 {
 		return []string{s}
 	}
-	rest := strings.TrimLeftFunc(s[i:], unicode.IsSpace)
+	rest := strings.TrimLeftFunc(s[i:], pyIsSpace)
 	if rest == "" {
 		return []string{s[:i]}
 	}

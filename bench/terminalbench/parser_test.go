@@ -108,4 +108,28 @@ func TestParseSWEBench(t *testing.T) {
 	if _, err := ParseSWEBench("PASSED"); err == nil {
 		t.Error("missing markers must be a parse error")
 	}
+	// SWEBenchParser: the block runs from the first start marker to the
+	// last end marker after it (the rest of the output when there is
+	// none), and an end marker anywhere counts as present.
+	for in, want := range map[string]Status{
+		"SWEBench results starts here\nPASSED\nSWEBench results ends here\nFAILED\nSWEBench results ends here": Failed,
+		"SWEBench results ends here\nSWEBench results starts here\nPASSED\n":                                   Passed,
+		"SWEBench results starts here\n\u00a0PASSED\x1c\nSWEBench results ends here":                           Passed,
+	} {
+		if got, err := ParseSWEBench(in); err != nil || got["tests"] != want {
+			t.Errorf("%q: got %v %v, want %s", in, got, err, want)
+		}
+	}
+}
+
+// TestParsePytestPythonWhitespace: split() and strip() are Python's, for
+// which \x1c-\x1f and Unicode spaces are whitespace, in the header too.
+func TestParsePytestPythonWhitespace(t *testing.T) {
+	got, err := ParsePytest("==\u00a0short test summary info\x1f==\nPASSED\x1ft.py::a\nFAILED\u2003t.py::b\x1f\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]Status{"a": Passed, "b": Failed}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
 }

@@ -7,10 +7,13 @@
 // those names or, when unique, a task folder's base name. Each task becomes
 // a record whose input is task.yaml's instruction and whose
 // metadata.environment is its Dockerfile translated (see package
-// dockerfile), with the checker Terminal-Bench runs: tests/ and
-// run-tests.sh copied to /tests after the agent, `bash /tests/run-tests.sh`
-// in the task's working directory with TEST_DIR=/tests, and the output
-// graded by Terminal-Bench's parser (ParsePytest for parser_name: pytest).
+// dockerfile) with the client service of its docker-compose.yaml applied
+// as compose applies it (environment, working_dir, user, resource limits,
+// entrypoint and command), and with the checker Terminal-Bench runs:
+// tests/ and run-tests.sh copied to /tests after the agent, `bash
+// /tests/run-tests.sh` as root in the task's working directory with
+// TEST_DIR=/tests, and the end of its output graded by Terminal-Bench's
+// parser (ParsePytest for parser_name: pytest).
 //
 // Query parameters: tasks=a,b; image=REF (the image stands for the built
 // Dockerfile: RUN steps are skipped); network=deny (no network for setup or
@@ -19,6 +22,7 @@ package terminalbench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
@@ -35,6 +39,7 @@ import (
 	"evals.si/bench/importer"
 	"evals.si/dataset"
 	"evals.si/dockerfile"
+	"evals.si/sandbox"
 	"evals.si/spec"
 )
 
@@ -94,12 +99,13 @@ func (Importer) Import(ctx context.Context, u *url.URL, baseDir string) (*import
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		rec, err := importTask(filepath.Join(root, filepath.FromSlash(name)), name, q)
+		rec, notes, err := importTask(filepath.Join(root, filepath.FromSlash(name)), name, q)
 		if err != nil {
 			res.Refused = append(res.Refused, importer.Refusal{Task: name, Reason: importer.Reason(err)})
 			continue
 		}
 		res.Records = append(res.Records, rec)
+		res.Note(rec.ID, notes...)
 	}
 	return res, nil
 }
@@ -157,30 +163,17 @@ func selectTasks(all, want []string) ([]string, error) {
 	return out, nil
 }
 
-// compose is the part of docker-compose.yaml the importer reads.
-type compose struct {
-	Services map[string]service `yaml:"services"`
-}
-
-type service struct {
-	Build       any    `yaml:"build"`
-	Image       string `yaml:"image"`
-	Environment any    `yaml:"environment"`
-	WorkingDir  string `yaml:"working_dir"`
-	NetworkMode string `yaml:"network_mode"`
-}
-
-func importTask(dir, name string, q importer.Query) (spec.Record, error) {
+func importTask(dir, name string, q importer.Query) (spec.Record, []string, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "task.yaml"))
 	if err != nil {
-		return spec.Record{}, err
+		return spec.Record{}, nil, err
 	}
 	t := Task{ParserName: "pytest", MaxAgentTimeoutSec: 360, MaxTestTimeoutSec: 60}
 	if err := yaml.Unmarshal(b, &t); err != nil {
-		return spec.Record{}, fmt.Errorf("task.yaml: %w", err)
+		return spec.Record{}, nil, fmt.Errorf("task.yaml: %w", err)
 	}
 	if strings.TrimSpace(t.Instruction) == "" {
-		return spec.Record{}, fmt.Errorf("task.yaml has no instruction")
+		return spec.Record{}, nil, fmt.Errorf("task.yaml has no instruction")
 	}
 	var parser string
 	switch t.ParserName {
@@ -189,31 +182,19 @@ func importTask(dir, name string, q importer.Query) (spec.Record, error) {
 	case "swebench":
 		parser = ParserSWEBench
 	default:
-		return spec.Record{}, &dockerfile.RefusalError{Reason: fmt.Sprintf("parser_name %s: only Terminal-Bench's pytest and swebench parsers are implemented", t.ParserName)}
+		return spec.Record{}, nil, &dockerfile.RefusalError{Reason: fmt.Sprintf("parser_name %s: only Terminal-Bench's pytest and swebench parsers are implemented", t.ParserName)}
 	}
 
-	// docker-compose.yaml: one service (client), built from the Dockerfile.
-	svc := service{Build: "."}
-	if cb, err := os.ReadFile(filepath.Join(dir, "docker-compose.yaml")); err == nil {
-		var c compose
-		if err := yaml.Unmarshal(cb, &c); err != nil {
-			return spec.Record{}, fmt.Errorf("docker-compose.yaml: %w", err)
-		}
-		if len(c.Services) > 1 {
-			names := make([]string, 0, len(c.Services))
-			for n := range c.Services {
-				names = append(names, n)
-			}
-			sort.Strings(names)
-			return spec.Record{}, &dockerfile.RefusalError{Reason: fmt.Sprintf("docker-compose.yaml has %d services (%s): tasks with several services are not supported", len(c.Services), strings.Join(names, ", "))}
-		}
-		for _, s := range c.Services {
-			svc = s
-		}
-	}
-	env, err := environment(dir, svc, q)
+	svc, unset, err := clientService(dir)
 	if err != nil {
-		return spec.Record{}, err
+		return spec.Record{}, nil, err
+	}
+	env, notes, err := environment(dir, svc, q)
+	if err != nil {
+		return spec.Record{}, nil, err
+	}
+	if len(unset) > 0 {
+		notes = append(notes, fmt.Sprintf("docker-compose.yaml reads host variable(s) %s, which are not passed in: they are unset here (defaults apply)", strings.Join(unset, ", ")))
 	}
 	netMode := "allow"
 	if svc.NetworkMode == "none" {
@@ -229,13 +210,13 @@ func importTask(dir, name string, q importer.Query) (spec.Record, error) {
 	if _, err := os.Stat(filepath.Join(dir, "tests")); err == nil {
 		tf, err := importer.ReadTree(filepath.Join(dir, "tests"))
 		if err != nil {
-			return spec.Record{}, err
+			return spec.Record{}, nil, err
 		}
 		tests = importer.Rebase(tf, "/tests")
 	}
 	rt, err := os.ReadFile(filepath.Join(dir, "run-tests.sh"))
 	if err != nil {
-		return spec.Record{}, fmt.Errorf("reading run-tests.sh: %w", err)
+		return spec.Record{}, nil, fmt.Errorf("reading run-tests.sh: %w", err)
 	}
 	tests["/tests/run-tests.sh"] = dockerfile.File{Data: rt, Mode: 0o755}
 	files, fix := dockerfile.EncodeFiles(tests)
@@ -251,10 +232,15 @@ func importTask(dir, name string, q importer.Query) (spec.Record, error) {
 		// sandbox that hangs past it.
 		Timeout: spec.Duration(time.Duration(t.MaxTestTimeoutSec*float64(time.Second)) + testTimeoutGrace),
 	}
+	// The harness runs the tests in a tmux session of their own, as root;
+	// with run_tests_in_same_shell, in the agent's, as the agent's user.
+	if !t.RunTestsInSameShell && !importer.SameUser(env.User, "") {
+		env.Checker.User = "root"
+	}
 
 	sol, err := solution(dir)
 	if err != nil {
-		return spec.Record{}, err
+		return spec.Record{}, nil, err
 	}
 	meta := map[string]spec.JSON{
 		"environment":             importer.MustJSON(env),
@@ -270,12 +256,65 @@ func importTask(dir, name string, q importer.Query) (spec.Record, error) {
 	if sol != nil {
 		meta[importer.MetaSolution] = importer.MustJSON(sol)
 	}
-	return spec.Record{ID: name, Input: spec.Input{Text: t.Instruction}, Metadata: meta}, nil
+	return spec.Record{ID: name, Input: spec.Input{Text: t.Instruction}, Metadata: meta}, notes, nil
 }
 
+// clientService is the docker-compose.yaml service the harness runs the
+// agent in (client, the only one): the template's when the task has no
+// compose file. Tasks with several services are refused.
+func clientService(dir string) (svc importer.ComposeService, unset []string, err error) {
+	def := importer.ComposeService{Build: ".", Command: []any{"sh", "-c", "sleep infinity"}}
+	cb, err := os.ReadFile(filepath.Join(dir, "docker-compose.yaml"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return def, nil, nil
+	}
+	if err != nil {
+		return def, nil, err
+	}
+	c, err := importer.ParseCompose(cb, composeVars)
+	if err != nil {
+		return def, nil, fmt.Errorf("docker-compose.yaml: %w", err)
+	}
+	// The harness's other variables (image and container names, host log
+	// paths) name its own plumbing; any other comes from the host.
+	for _, k := range c.Unset {
+		if !strings.HasPrefix(k, "T_BENCH_") {
+			unset = append(unset, k)
+		}
+	}
+	switch names := c.Names(); len(names) {
+	case 0:
+		return def, nil, fmt.Errorf("docker-compose.yaml has no services")
+	case 1:
+		return c.Services[names[0]], unset, nil
+	default:
+		return def, nil, &dockerfile.RefusalError{Reason: fmt.Sprintf("docker-compose.yaml has %d services (%s): tasks with several services are not supported", len(names), strings.Join(names, ", "))}
+	}
+}
+
+// appliedComposeKeys are the client service's keys the import applies
+// (container_name and the log volumes are the harness's plumbing).
+var appliedComposeKeys = []string{"build", "image", "container_name", "command", "entrypoint", "environment", "volumes", "working_dir", "user", "network_mode", "deploy"}
+
 // environment translates the client service's Dockerfile and applies the
-// service's environment and working_dir.
-func environment(dir string, svc service, q importer.Query) (*spec.Environment, error) {
+// service's environment, working_dir, user and main process as compose
+// applies them to the container.
+func environment(dir string, svc importer.ComposeService, q importer.Query) (*spec.Environment, []string, error) {
+	var notes []string
+	if un := svc.Unapplied(appliedComposeKeys...); len(un) > 0 {
+		notes = append(notes, fmt.Sprintf("docker-compose.yaml: the service's %s not applied", strings.Join(un, ", ")))
+	}
+	// The harness mounts its log directories; a task's own mounts are not
+	// applied.
+	var mounts []string
+	for _, v := range svc.VolumeTargets() {
+		if v != composeVars["T_BENCH_CONTAINER_LOGS_PATH"] && v != composeVars["T_BENCH_CONTAINER_AGENT_LOGS_PATH"] {
+			mounts = append(mounts, v)
+		}
+	}
+	if len(mounts) > 0 {
+		notes = append(notes, fmt.Sprintf("docker-compose.yaml mounts volumes at %s: not applied", strings.Join(mounts, ", ")))
+	}
 	ctxDir, dfName := dir, "Dockerfile"
 	switch b := svc.Build.(type) {
 	case string:
@@ -289,57 +328,79 @@ func environment(dir string, svc service, q importer.Query) (*spec.Environment, 
 		}
 	case nil:
 		if svc.Image == "" {
-			return nil, fmt.Errorf("docker-compose.yaml: the service has neither build nor image")
+			return nil, nil, fmt.Errorf("docker-compose.yaml: the service has neither build nor image")
 		}
 	}
 	var env *spec.Environment
+	var tr *dockerfile.Translation
 	if svc.Build == nil && q.Image == "" {
-		env = &spec.Environment{Image: expandVars(svc.Image)}
+		env = &spec.Environment{Image: svc.Image}
 	} else {
 		var err error
-		env, err = importer.Environment(filepath.Join(ctxDir, dfName), ctxDir, q)
+		env, tr, err = importer.Translate(filepath.Join(ctxDir, dfName), ctxDir, q)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		notes = append(notes, tr.Notes...)
 	}
 	if env.Env == nil {
 		env.Env = map[string]string{}
 	}
-	for k, v := range composeEnv(svc.Environment) {
+	vars, pass := importer.ComposeEnv(svc.Environment)
+	if len(pass) > 0 {
+		notes = append(notes, fmt.Sprintf("docker-compose.yaml passes host variable(s) %s into the container: not carried into sandboxes", strings.Join(pass, ", ")))
+	}
+	for k, v := range vars {
 		env.Env[k] = v
 	}
+	if env.Sandbox == nil {
+		env.Sandbox = &spec.SandboxPolicy{}
+	}
+	cpus, memMB, err := svc.Limits()
+	if err != nil {
+		return nil, nil, fmt.Errorf("docker-compose.yaml deploy.resources.limits: %w", err)
+	}
+	env.Sandbox.CgroupCPUs, env.Sandbox.MemoryMB = cpus, memMB
 	if svc.WorkingDir != "" {
-		if env.Sandbox == nil {
-			env.Sandbox = &spec.SandboxPolicy{}
-		}
-		env.Sandbox.Workdir = expandVars(svc.WorkingDir)
+		env.Sandbox.Workdir = svc.WorkingDir
 	}
-	return env, nil
-}
-
-// composeEnv reads a service's environment (a list of K=V or a mapping),
-// with Terminal-Bench's variables substituted.
-func composeEnv(v any) map[string]string {
-	out := map[string]string{}
-	switch e := v.(type) {
-	case []any:
-		for _, it := range e {
-			if s, ok := it.(string); ok {
-				if k, val, ok := strings.Cut(s, "="); ok {
-					out[k] = expandVars(val)
-				}
-			}
-		}
-	case map[string]any:
-		for k, it := range e {
-			out[k] = expandVars(fmt.Sprint(it))
-		}
+	// The container's user (compose's, else the image's) runs the agent's
+	// tmux session and the main process.
+	env.User = svc.UserString()
+	if env.User == "" && tr != nil {
+		env.User = tr.User
 	}
-	return out
-}
+	ep, epSet, err := importer.Words(svc.Entrypoint)
+	if err != nil {
+		return nil, nil, fmt.Errorf("docker-compose.yaml entrypoint: %w", err)
+	}
+	cmd, cmdSet, err := importer.Words(svc.Command)
+	if err != nil {
+		return nil, nil, fmt.Errorf("docker-compose.yaml command: %w", err)
+	}
+	argv, known := importer.MainProcess(tr, ep, epSet, cmd, cmdSet)
+	env.Service = importer.Service(argv)
 
-func expandVars(s string) string {
-	return os.Expand(s, func(k string) string { return composeVars[k] })
+	// What of the image's own config the task depends on, unread.
+	unread := []string{"WORKDIR", "USER", "ENTRYPOINT", "CMD"}
+	if tr != nil {
+		unread = tr.BaseUnread
+	}
+	var keep []string
+	for _, u := range unread {
+		switch {
+		case u == "WORKDIR" && svc.WorkingDir != "",
+			u == "USER" && tr == nil && svc.UserString() != "",
+			u == "ENTRYPOINT" && (known || epSet),
+			u == "CMD" && (known || epSet || cmdSet):
+			continue
+		}
+		keep = append(keep, u)
+	}
+	if n := importer.BaseNote(env.Image, keep); n != "" {
+		notes = append(notes, n)
+	}
+	return env, notes, nil
 }
 
 // solution reads solution.sh (run with bash, as Terminal-Bench's oracle
@@ -380,18 +441,37 @@ const TestsTimedOut = ">>>>> evalsi: run-tests.sh timed out (Terminal-Bench TEST
 // command may run: timeout's -k grace and the file setup.
 const testTimeoutGrace = time.Minute
 
+// TailBytes is how much of the end of run-tests.sh's output the checker
+// prints. The sandbox keeps the head of a command's output (up to
+// sandbox.DefaultOutputLimit per stream), but pytest's summary, which the
+// parser reads, comes last: so the output goes to a file and only its end
+// is printed, leaving room for the lines the command adds. Terminal-Bench
+// itself keeps the end too: its tmux pane holds the last 50,000 lines.
+const TailBytes = sandbox.DefaultOutputLimit - 64<<10
+
 // testCommand runs run-tests.sh as the harness does, bounded by the task's
 // max_test_timeout_sec, as one brace group (so a file-decoding step can be
-// put before it with &&). It exits 0 whatever the tests did, since
-// Terminal-Bench grades the output, not the exit status; only a missing
-// timeout(1) is exit 127 (the image lacks coreutils: an infrastructure
-// error, not a score).
+// put before it with &&), stdout and stderr interleaved as in the pane,
+// and prints the last TailBytes of that output (from a line start). It
+// exits 0 whatever the tests did, since Terminal-Bench grades the output,
+// not the exit status; only a missing timeout(1) or temporary file is exit
+// 127 (an infrastructure error, not a score).
 func testCommand(maxTestTimeoutSec float64) string {
 	secs := strconv.FormatFloat(maxTestTimeoutSec, 'f', -1, 64)
 	return fmt.Sprintf(`{
 command -v timeout >/dev/null || { echo "evalsi: timeout(1) is not in the image; it bounds run-tests.sh by max_test_timeout_sec" >&2; exit 127; }
-timeout -k 10 %s bash /tests/run-tests.sh
-if [ $? -eq 124 ]; then echo %s; fi
+evalsi_out=$(mktemp) || { echo "evalsi: mktemp could not make a file for the test output" >&2; exit 127; }
+timeout -k 10 %s bash /tests/run-tests.sh >"$evalsi_out" 2>&1
+evalsi_rc=$?
+evalsi_size=$(wc -c <"$evalsi_out")
+if [ "$evalsi_size" -gt %d ]; then
+  echo ">>>>> evalsi: the test output is $evalsi_size bytes; its end follows"
+  tail -c %d "$evalsi_out" | { IFS= read -r _; cat; }
+else
+  cat "$evalsi_out"
+fi
+rm -f "$evalsi_out"
+if [ $evalsi_rc -eq 124 ]; then echo %s; fi
 exit 0
-}`, secs, dockerfile.Quote(TestsTimedOut))
+}`, secs, TailBytes, TailBytes, dockerfile.Quote(TestsTimedOut))
 }

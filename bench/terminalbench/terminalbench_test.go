@@ -72,7 +72,7 @@ func TestImportTranspose(t *testing.T) {
 	if c == nil || c.Parser != ParserPytest || c.Files["/tests/run-tests.sh"] == "" || c.Files["/tests/transpose_test.py"] == "" {
 		t.Fatalf("checker %+v", c)
 	}
-	if got := strings.Join(c.Command, " "); !strings.Contains(got, "timeout -k 10 1800 bash /tests/run-tests.sh\n") {
+	if got := strings.Join(c.Command, " "); !strings.Contains(got, "timeout -k 10 1800 bash /tests/run-tests.sh >") {
 		t.Errorf("checker command %q", got)
 	}
 	if c.Timeout.D().Seconds() != 1800+60 {

@@ -23,14 +23,15 @@ var benchImporters = map[string]importer.Importer{
 	swebench.Scheme:      swebench.Importer{},
 }
 
-// cmdDatasets is `evalsi datasets inspect URI`: how many tasks import, and
-// each refused one with its reason.
+// cmdDatasets is `evalsi datasets inspect URI`: how many tasks import,
+// each with what it honours only in part (ok when nothing), and each
+// refused one with its reason.
 func cmdDatasets(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "inspect" {
 		return usagef("datasets needs a subcommand: inspect URI")
 	}
 	fs := newFlagSet("evalsi datasets inspect", stderr)
-	asJSON := fs.Bool("json", false, "print JSON (records' ids and the refusals)")
+	asJSON := fs.Bool("json", false, "print JSON (records' ids, the refusals, and the notes of tasks honoured in part)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return &usageError{err}
 	}
@@ -64,11 +65,25 @@ func cmdDatasets(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		for i, r := range res.Records {
 			ids[i] = r.ID
 		}
-		return json.NewEncoder(stdout).Encode(map[string]any{"imported": ids, "refused": res.Refused})
+		return json.NewEncoder(stdout).Encode(map[string]any{"imported": ids, "refused": res.Refused, "partial": res.Notes})
 	}
-	fmt.Fprintf(stdout, "%d task(s) import, %d refused\n", len(res.Records), len(res.Refused))
+	partial := 0
 	for _, r := range res.Records {
-		fmt.Fprintf(stdout, "  ok       %s\n", r.ID)
+		if len(res.Notes[r.ID]) > 0 {
+			partial++
+		}
+	}
+	fmt.Fprintf(stdout, "%d task(s) import (%d honoured only in part), %d refused\n", len(res.Records), partial, len(res.Refused))
+	for _, r := range res.Records {
+		notes := res.Notes[r.ID]
+		if len(notes) == 0 {
+			fmt.Fprintf(stdout, "  ok       %s\n", r.ID)
+			continue
+		}
+		fmt.Fprintf(stdout, "  partial  %s\n", r.ID)
+		for _, n := range notes {
+			fmt.Fprintf(stdout, "           - %s\n", n)
+		}
 	}
 	for _, r := range res.Refused {
 		fmt.Fprintf(stdout, "  refused  %s: %s\n", r.Task, r.Reason)
