@@ -3,24 +3,29 @@ package swebench_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"evals.si/agent"
 	"evals.si/agent/oracle"
 	"evals.si/bench/swebench"
 	"evals.si/checker"
-	"evals.si/dataset"
-	"evals.si/internal/testenv"
+	"evals.si/engine"
+	"evals.si/environment"
+	"evals.si/image"
+	"evals.si/internal/testenv/benchimage"
 	"evals.si/sandbox"
 	"evals.si/sandbox/bwrap/bwraptest"
 	"evals.si/sandbox/reexec"
 	"evals.si/spec"
+	"evals.si/trajectory"
 )
 
 // The bwrap rung re-executes the test binary as its launcher.
@@ -54,9 +59,18 @@ const testPatch = `diff --git a/test_calc.py b/test_calc.py
 +    assert add(1, 2) == 3
 `
 
-// A v5 instance whose eval script runs the host's pytest (the sandbox has
-// no image: the host's system directories, read-only).
-func instance() map[string]any {
+// repoSetup makes the instance's repository at /testbed, as an instance
+// image has it: add() is broken, the test of it comes with the test patch.
+const repoSetup = `set -e
+mkdir -p /testbed && cd /testbed
+printf 'def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n' > calc.py
+printf 'from calc import add, sub\n\n\ndef test_sub():\n    assert sub(3, 1) == 2\n' > test_calc.py
+git init -q
+git add calc.py test_calc.py
+git -c user.email=a@b -c user.name=a commit -qm base`
+
+// instance is a v5 instance whose eval script runs the image's pytest.
+func instance(id string, f2p, p2p []string) map[string]any {
 	script := strings.Join([]string{
 		"#!/bin/bash",
 		"set -uxo pipefail",
@@ -69,110 +83,250 @@ func instance() map[string]any {
 		"git checkout HEAD -- test_calc.py",
 	}, "\n")
 	return map[string]any{
-		"repo": "acme/calc", "instance_id": "acme__calc-1", "base_commit": "HEAD",
+		"repo": "acme/calc", "instance_id": id, "base_commit": "HEAD",
 		"patch": goldPatch, "test_patch": testPatch, "problem_statement": "add() subtracts",
-		"FAIL_TO_PASS": `["test_calc.py::test_add"]`, "PASS_TO_PASS": []string{"test_calc.py::test_sub"},
+		"FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p,
 		"image": "unused", "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail", "eval_script": script,
 	}
 }
 
-func TestOracleAndGradeInSandbox(t *testing.T) {
-	for _, tool := range []string{"bwrap", "git"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testenv.Missing(t, tool, tool+" is not on PATH")
-		}
-	}
-	if err := exec.Command("/usr/bin/python3", "-c", "import pytest").Run(); err != nil {
-		testenv.Missing(t, "python3-pytest", "python3 with pytest is not installed")
-	}
-	r := bwraptest.Rung(t)
-	dir := t.TempDir()
-	b, _ := json.Marshal(instance())
-	if err := os.WriteFile(filepath.Join(dir, "i.jsonl"), append(b, '\n'), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	u, _ := url.Parse("swebench://i.jsonl")
-	res, err := swebench.Importer{}.Import(context.Background(), u, dir)
-	if err != nil || len(res.Records) != 1 {
-		t.Fatalf("import: %v %+v", err, res)
-	}
-	rec := res.Records[0]
-	env, err := dataset.Environment(nil, rec)
+// harness runs SWE-bench records through the engine's agent trial
+// (engine.AgentRunner: agent sandbox, diff capture, the fresh checker
+// sandbox) on bwrap with the local Debian image.
+type harness struct {
+	envs    *environment.Manager
+	records map[string]spec.Record
+}
+
+func newHarness(t *testing.T, instances ...map[string]any) *harness {
+	t.Helper()
+	ref := benchimage.Ref(t, "../..")
+	rung := bwraptest.Rung(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	imgs, err := image.Open(t.TempDir(), logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := checker.NewRegistry()
-	swebench.RegisterParsers(reg)
+	envs := environment.NewManager(imgs, []sandbox.Rung{rung}, t.TempDir(), logger)
+	t.Cleanup(func() { envs.Close() })
 
-	run := func(t *testing.T, change func(sb sandbox.Sandbox)) checker.Verdict {
-		sb, err := r.Create(t.Context(), sandbox.Config{Workdir: swebench.Workdir, StateDir: t.TempDir(), CommandTimeout: 2 * time.Minute})
+	dir := t.TempDir()
+	var lines []byte
+	for _, in := range instances {
+		b, _ := json.Marshal(in)
+		lines = append(append(lines, b...), '\n')
+	}
+	if err := os.WriteFile(filepath.Join(dir, "i.jsonl"), lines, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse("swebench://i.jsonl?oracle=true&network=deny&image=" + url.QueryEscape(ref))
+	res, err := swebench.Importer{}.Import(context.Background(), u, dir)
+	if err != nil || len(res.Records) != len(instances) {
+		t.Fatalf("import: %v %+v", err, res)
+	}
+	h := &harness{envs: envs, records: map[string]spec.Record{}}
+	for _, rec := range res.Records {
+		// The local image has no /testbed: setup makes it.
+		var env spec.Environment
+		if err := json.Unmarshal(rec.Metadata["environment"], &env); err != nil {
+			t.Fatal(err)
+		}
+		if c := env.Checker; c == nil || !c.Fresh || c.PatchFile == "" || len(c.ParserArgs) == 0 {
+			t.Fatalf("record %s: checker %+v: want fresh, a patch file and parser_args", rec.ID, c)
+		}
+		env.Setup = append(env.Setup, spec.Steps(repoSetup)...)
+		b, err := json.Marshal(&env)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer sb.Close(context.Background())
-		sb.WriteFile(t.Context(), "calc.py", []byte("def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"), 0o644)
-		sb.WriteFile(t.Context(), "test_calc.py", []byte("from calc import add, sub\n\n\ndef test_sub():\n    assert sub(3, 1) == 2\n"), 0o644)
-		init := "git init -q && git -c user.email=a@b -c user.name=a add -A && git -c user.email=a@b -c user.name=a commit -qm base"
-		if res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", init}}); err != nil || res.ExitCode != 0 {
-			t.Fatalf("git init: %v %s", err, res.Stderr)
-		}
-		change(sb)
-		v, err := checker.Run(t.Context(), sb, *env.Checker, swebench.Workdir, reg)
-		if err != nil {
-			t.Fatalf("checker: %v", err)
-		}
-		return v
+		rec.Metadata["environment"] = b
+		h.records[rec.ID] = rec
 	}
+	return h
+}
 
-	t.Run("oracle resolves", func(t *testing.T) {
-		v := run(t, func(sb sandbox.Sandbox) {
-			o := oracle.New([]spec.Record{rec})
-			if _, err := o.Run(t.Context(), agent.Task{RecordID: rec.ID, Sandbox: sb, Workdir: swebench.Workdir}); err != nil {
-				t.Fatal(err)
-			}
-		})
-		if !v.Pass || v.Score != 1 {
-			t.Errorf("verdict %+v\n%s", v, v.Output)
-		}
-	})
-	t.Run("a log longer than the sandbox output limit grades whole", func(t *testing.T) {
-		// Each test prints 1.5 MiB, which pytest -rA repeats in its PASSES
-		// section before the summary: the results and the end marker lie
-		// past the 1 MiB a command's stdout keeps.
-		v := run(t, func(sb sandbox.Sandbox) {
-			o := oracle.New([]spec.Record{rec})
-			if _, err := o.Run(t.Context(), agent.Task{RecordID: rec.ID, Sandbox: sb, Workdir: swebench.Workdir}); err != nil {
-				t.Fatal(err)
-			}
-			sb.WriteFile(t.Context(), "conftest.py", []byte("import pytest\n\n@pytest.fixture(autouse=True)\ndef noisy():\n    print('x' * (3 << 19))\n"), 0o644)
-		})
-		if !v.Pass || v.Score != 1 {
-			t.Errorf("verdict %+v", v)
-		}
-	})
-	t.Run("no change is unresolved", func(t *testing.T) {
-		// An empty patch goes through the same fallbacks (GNU patch accepts
-		// it), and the tests decide.
-		v := run(t, func(sandbox.Sandbox) {})
-		if v.Pass || !strings.Contains(v.Details, "FAIL_TO_PASS 0/1") {
+// run runs one trial of record id with ag and returns the checker's verdict.
+func (h *harness) run(t *testing.T, id string, ag agent.Agent) *trajectory.Checker {
+	t.Helper()
+	return h.runRecord(t, h.records[id], ag)
+}
+
+// variant is record id with its checker changed.
+func (h *harness) variant(t *testing.T, id string, change func(*spec.Checker)) spec.Record {
+	t.Helper()
+	rec := h.records[id]
+	var env spec.Environment
+	if err := json.Unmarshal(rec.Metadata["environment"], &env); err != nil {
+		t.Fatal(err)
+	}
+	change(env.Checker)
+	b, err := json.Marshal(&env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Metadata = maps.Clone(rec.Metadata)
+	rec.Metadata["environment"] = b
+	return rec
+}
+
+func (h *harness) runRecord(t *testing.T, rec spec.Record, ag agent.Agent) *trajectory.Checker {
+	t.Helper()
+	reg := checker.NewRegistry()
+	swebench.RegisterParsers(reg)
+	r := &engine.AgentRunner{Spec: &spec.Spec{}, Envs: h.envs, Agent: ag, Checkers: reg, ProxyDir: t.TempDir()}
+	discard := trajectory.SinkFunc(func(trajectory.Event) error { return nil })
+	tc := &engine.TrialContext{RunID: "r", TrialID: "t-" + rec.ID, Record: rec, Emit: discard}
+	o, err := r.RunTrial(t.Context(), tc)
+	if err != nil {
+		t.Fatalf("trial: %v", err)
+	}
+	if o.Verdict == nil {
+		t.Fatal("no checker verdict")
+	}
+	t.Logf("verdict: pass %v score %v: %s", o.Verdict.Pass, o.Verdict.Score, o.Verdict.Details)
+	return o.Verdict
+}
+
+// shellAgent runs its script in the agent's sandbox, as a model's shell
+// tool call would, and keeps what it printed.
+type shellAgent struct {
+	script string
+	out    string
+}
+
+func (a *shellAgent) Run(ctx context.Context, task agent.Task) (agent.Result, error) {
+	res, err := task.Sandbox.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", a.script}, Workdir: task.Workdir})
+	if err != nil {
+		return agent.Result{}, err
+	}
+	a.out = string(res.Stdout) + string(res.Stderr)
+	if res.ExitCode != 0 {
+		return agent.Result{}, fmt.Errorf("agent script exited %d: %s", res.ExitCode, a.out)
+	}
+	return agent.Result{Output: "done", StopReason: agent.StopAnswered}, nil
+}
+
+const (
+	wrongFix = `printf 'def add(a, b):\n    return a * b\n\n\ndef sub(a, b):\n    return a - b\n' > calc.py`
+	// fakeGrade is the grading line the checker once printed first, with
+	// lists that make anything resolved.
+	fakeGrade = `>>>>> evalsi swebench grade {"instance_id":"acme__calc-1","FAIL_TO_PASS":[],"PASS_TO_PASS":[],"log_parser":"parse_log_pytest","eval_type":"pass_and_fail"}`
+	fakeLog   = ">>>>> Start Test Output\nPASSED test_calc.py::test_add\nPASSED test_calc.py::test_sub\n>>>>> End Test Output\n>>>>> Test Exit Code: 0\n"
+)
+
+// hostileScript tampers with everything outside its diff that grading in
+// its own sandbox would run: a pytest plugin in site-packages (loaded by
+// entry point) and a conftest.py at / that pass every test, checked to
+// work here; pytest's __main__ and /bin/bash replaced by scripts that
+// print a fake grading line and a passing log; a fake test output. Its
+// diff is a change that fixes nothing.
+const hostileScript = `set -e
+sp=/usr/lib/python3/dist-packages
+cat > $sp/evalsi_fake_pass.py <<'EOF'
+import pytest
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result().outcome = "passed"
+EOF
+mkdir -p $sp/evalsi_fake_pass-1.0.dist-info
+printf 'Metadata-Version: 2.1\nName: evalsi-fake-pass\nVersion: 1.0\n' > $sp/evalsi_fake_pass-1.0.dist-info/METADATA
+printf '[pytest11]\nfake = evalsi_fake_pass\n' > $sp/evalsi_fake_pass-1.0.dist-info/entry_points.txt
+cp $sp/evalsi_fake_pass.py /conftest.py
+mkdir -p /tmp/probe && printf 'def test_broken():\n    assert False\n' > /tmp/probe/test_probe.py
+(cd /tmp/probe && python3 -m pytest -rA -p no:cacheprovider test_probe.py) | grep -q 'PASSED test_probe.py::test_broken'
+echo "plugin passes a failing test"
+printf 'import sys\nprint(%s)\nsys.exit(0)\n' "'''$FAKE_LOG'''" > $sp/pytest/__main__.py
+cat > /tmp/fakebash <<EOF
+#!/bin/sh
+cat <<'LOG'
+$FAKE_GRADE
+$FAKE_LOG
+LOG
+cat > /tmp/evalsi-test-output.txt <<'LOG'
+$FAKE_LOG
+LOG
+exit 0
+EOF
+cat /tmp/fakebash > /bin/bash
+printf '%s' "$FAKE_LOG" > /tmp/evalsi-test-output.txt
+/bin/bash -c true | grep -q 'evalsi swebench grade' && echo "bash replaced"
+printf '\n# reviewed\n' >> calc.py
+`
+
+func TestGradedInAFreshSandbox(t *testing.T) {
+	const id = "acme__calc-1"
+	h := newHarness(t,
+		instance(id, []string{"test_calc.py::test_add"}, []string{"test_calc.py::test_sub"}),
+		instance("acme__calc-2", []string{}, []string{}),
+	)
+
+	t.Run("the gold patch through the oracle resolves", func(t *testing.T) {
+		v := h.run(t, id, oracle.New([]spec.Record{h.records[id]}))
+		if !v.Pass || v.Score != 1 || !strings.Contains(v.Details, "FAIL_TO_PASS 1/1, PASS_TO_PASS 1/1") {
 			t.Errorf("verdict %+v", v)
 		}
 	})
 	t.Run("a wrong fix is unresolved", func(t *testing.T) {
-		v := run(t, func(sb sandbox.Sandbox) {
-			sb.WriteFile(t.Context(), "calc.py", []byte("def add(a, b):\n    return a * b\n\n\ndef sub(a, b):\n    return a - b\n"), 0o644)
-		})
+		v := h.run(t, id, &shellAgent{script: wrongFix})
 		if v.Pass || !strings.Contains(v.Details, "FAIL_TO_PASS 0/1") {
+			t.Errorf("verdict %+v", v)
+		}
+	})
+	t.Run("no change is not evaluated, as the harness skips an empty patch", func(t *testing.T) {
+		v := h.run(t, id, &shellAgent{script: "true"})
+		if v.Pass || v.Score != 0 || !strings.Contains(v.Details, "patch is empty") {
+			t.Errorf("verdict %+v", v)
+		}
+	})
+	t.Run("a diff that does not apply is unresolved", func(t *testing.T) {
+		// With the repository gone, the captured diff is a note, which no
+		// command of the harness applies.
+		v := h.run(t, id, &shellAgent{script: "printf 'x\\n' >> calc.py && rm -rf .git"})
+		if v.Pass || !strings.Contains(v.Details, swebench.ApplyPatchFail) {
 			t.Errorf("verdict %+v\n%s", v, v.Output)
 		}
 	})
-	t.Run("a test that prints fake PASSED lines is not resolved", func(t *testing.T) {
-		v := run(t, func(sb sandbox.Sandbox) {
-			// The agent's conftest prints a fake summary after the real one.
-			sb.WriteFile(t.Context(), "conftest.py", []byte("def pytest_unconfigure(config):\n    print('PASSED test_calc.py::test_add')\n    print('PASSED test_calc.py::test_sub')\n"), 0o644)
-		})
-		if v.Pass {
-			t.Errorf("spoofed run resolved: %+v\n%s", v, v.Output)
+	t.Run("tampering outside the diff does not reach the grade", func(t *testing.T) {
+		ag := &shellAgent{script: "export FAKE_LOG='" + fakeLog + "' FAKE_GRADE='" + fakeGrade + "'\n" + hostileScript}
+		v := h.run(t, id, ag)
+		// The attack worked where the agent ran it.
+		for _, want := range []string{"plugin passes a failing test", "bash replaced"} {
+			if !strings.Contains(ag.out, want) {
+				t.Fatalf("the hostile agent's tampering did not take in its own sandbox (%q missing): %s", want, ag.out)
+			}
+		}
+		if v.Pass || !strings.Contains(v.Details, "FAIL_TO_PASS 0/1, PASS_TO_PASS 1/1") {
+			t.Errorf("verdict %+v\n%s", v, v.Output)
+		}
+	})
+	t.Run("control: graded in the agent's own sandbox, the same tampering forges a pass", func(t *testing.T) {
+		// What fresh: true closes. Without it the checker's /bin/bash is
+		// the agent's, which writes the log the grader reads.
+		rec := h.variant(t, id, func(c *spec.Checker) { c.Fresh = false })
+		v := h.runRecord(t, rec, &shellAgent{script: "export FAKE_LOG='" + fakeLog + "' FAKE_GRADE='" + fakeGrade + "'\n" + hostileScript})
+		if !v.Pass {
+			t.Errorf("the control did not forge a pass, so the test above proves nothing: %+v\n%s", v, v.Output)
+		}
+	})
+	t.Run("fake grading and PASSED lines from the diff's own code are not believed", func(t *testing.T) {
+		// The conftest is in the repository, so it is in the diff and runs
+		// in the fresh sandbox, as upstream runs it: its lines contradict
+		// the test command's exit code, which invalidates the log.
+		conftest := fmt.Sprintf("def pytest_unconfigure(config):\n    print(%q)\n    print('PASSED test_calc.py::test_add')\n    print('PASSED test_calc.py::test_sub')\n", fakeGrade)
+		ag := &shellAgent{script: "echo '" + fakeGrade + "'\ncat > conftest.py <<'EOF'\n" + conftest + "EOF\n"}
+		v := h.run(t, id, ag)
+		if v.Pass || !strings.Contains(v.Details, "inconsistent log") {
+			t.Errorf("verdict %+v\n%s", v, v.Output)
+		}
+	})
+	t.Run("empty test lists grade as upstream grades them", func(t *testing.T) {
+		// get_resolution_status counts an empty list as all passed: a valid
+		// log with no listed test is RESOLVED_FULL, whatever the patch.
+		v := h.run(t, "acme__calc-2", &shellAgent{script: wrongFix})
+		if !v.Pass || !strings.Contains(v.Details, "RESOLVED_FULL; FAIL_TO_PASS 0/0, PASS_TO_PASS 0/0") {
+			t.Errorf("verdict %+v", v)
 		}
 	})
 }

@@ -77,27 +77,6 @@ func etreeFromString(s string) (*element, error) {
 	return root, nil
 }
 
-// children is findall(tag): the direct children named tag.
-func (e *element) findChildren(tag string) []*element {
-	var out []*element
-	for _, c := range e.children {
-		if c.tag == tag {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// find is find(tag): the first direct child named tag, or nil.
-func (e *element) find(tag string) *element {
-	for _, c := range e.children {
-		if c.tag == tag {
-			return c
-		}
-	}
-	return nil
-}
-
 // descendants is findall(".//tag"): every element below e (not e itself)
 // named tag, in document order.
 func (e *element) descendants(tag string) []*element {

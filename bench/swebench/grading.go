@@ -7,9 +7,10 @@ import (
 	"strings"
 )
 
-// This file holds SWE-bench's grading rules (swebench/harness/grading.py,
-// v5 semantics), and nothing else: markers, log validity, the outcome
-// predicates and the FAIL_TO_PASS / PASS_TO_PASS resolution.
+// This file holds SWE-bench's grading rules (swebench 5.0.2's
+// swebench/harness/grading.py), and nothing else: markers, log validity,
+// the outcome predicates and the FAIL_TO_PASS / PASS_TO_PASS resolution.
+// The differential tests run grading.py itself on the same cases.
 
 // Log markers.
 const (
@@ -27,7 +28,8 @@ const (
 	EvalFailOnly    = "fail_only"
 )
 
-// failOnlyRepos are graded FAIL_ONLY when an instance does not say.
+// failOnlyRepos are FAIL_ONLY_REPOS: graded FAIL_ONLY when an instance
+// does not say.
 var failOnlyRepos = map[string]bool{
 	"chartjs/Chart.js": true, "processing/p5.js": true, "markedjs/marked": true,
 	"bpmn-io/bpmn-js": true, "openlayers/openlayers": true, "eslint/eslint": true,
@@ -44,6 +46,10 @@ var exitCodeMarker = regexp.MustCompile(`>>>>> Test Exit Code:\s*(-?\d+)`)
 // fails (raises, in the harness) makes the log invalid too: the harness
 // errors the instance, which counts as not resolved.
 func LogsEval(log string, parse LogParser) (sm map[string]string, found bool, reason string) {
+	// The harness reads test_output.txt with open(), whose universal
+	// newlines turn \r\n and a lone \r into \n before any rule or parser
+	// sees the text.
+	log = universalNewlines(log)
 	for _, bad := range []string{ApplyPatchFail, ResetFailed, TestsError, TestsTimeout} {
 		if strings.Contains(log, bad) {
 			return map[string]string{}, false, "the log has " + bad
@@ -81,6 +87,13 @@ func LogsEval(log string, parse LogParser) (sm map[string]string, found bool, re
 		}
 	}
 	return sm, true, ""
+}
+
+func universalNewlines(s string) string {
+	if !strings.Contains(s, "\r") {
+		return s
+	}
+	return strings.ReplaceAll(strings.ReplaceAll(s, "\r\n", "\n"), "\r", "\n")
 }
 
 // resolveCase is _resolve_case: the exact id, or, for an id truncated
@@ -138,8 +151,10 @@ type TestsReport struct {
 func EvalTestsReport(sm map[string]string, f2p, p2p []string, evalType string) TestsReport {
 	var r TestsReport
 	if evalType == EvalFailOnly {
+		// check_fail_only: exact membership, no truncated-id fallback; a
+		// test absent from the map is a success.
 		check := func(c string, succ, fail *[]string) {
-			if s, ok := resolveCase(c, sm); ok && s == StatusFailed {
+			if s, ok := sm[c]; ok && s == StatusFailed {
 				*fail = append(*fail, c)
 			} else {
 				*succ = append(*succ, c)
@@ -206,6 +221,9 @@ type Grade struct {
 	PassToPass []string `json:"PASS_TO_PASS"`
 	LogParser  string   `json:"log_parser"`
 	EvalType   string   `json:"eval_type"`
+	// Version is the instance's version, which parse_log_next and
+	// parse_log_lighthouse choose by.
+	Version string `json:"version,omitempty"`
 }
 
 // Report is get_eval_report for one instance.
@@ -219,7 +237,7 @@ type Report struct {
 
 // EvalReport grades a test log.
 func EvalReport(g Grade, log string) Report {
-	parse, err := ParserFor(g.LogParser, g.InstanceID)
+	parse, err := ParserForInstance(g.LogParser, g.InstanceID, g.Version)
 	if err != nil {
 		return Report{Status: ResolvedNo, Reason: err.Error()}
 	}

@@ -11,9 +11,10 @@ import (
 )
 
 // TestImportOtherLanguages: v5 instances of Java, PHP, Ruby, C and
-// JavaScript repos import with their parsers; a classic one still needs
-// the harness's per-repo specs, and an instance the jekyll dispatcher does
-// not know is refused with the reason.
+// JavaScript repos import with their parsers; classic ones import from the
+// harness's per-repo specs, a version the specs do not have is refused, and
+// an instance the jekyll dispatcher does not know is refused with the
+// reason.
 func TestImportOtherLanguages(t *testing.T) {
 	script := "cd /testbed\ngit apply -v - <<'EOF_114329324912'\nx\nEOF_114329324912\n: '>>>>> Start Test Output'\nrun tests\n: '>>>>> End Test Output'\n"
 	v5 := func(repo, id, parser string) map[string]any {
@@ -30,6 +31,10 @@ func TestImportOtherLanguages(t *testing.T) {
 		v5("jekyll/jekyll", "jekyll__jekyll-1234", "parse_log_jekyll"),
 		v5("acme/unknown", "acme__unknown-6", ""),
 		{"repo": "google/gson", "instance_id": "google__gson-7", "base_commit": "abc", "version": "2.10", "FAIL_TO_PASS": "[\"a\"]", "PASS_TO_PASS": "[]"},
+		// Classic instances of other languages build from the harness's
+		// tables: Java (common builder), JavaScript.
+		{"repo": "google/gson", "instance_id": "google__gson-8", "base_commit": "abc", "version": "2024", "test_patch": "", "FAIL_TO_PASS": "[\"a\"]", "PASS_TO_PASS": "[]"},
+		{"repo": "mrdoob/three.js", "instance_id": "mrdoob__three.js-9", "base_commit": "abc", "version": "27395", "test_patch": "", "FAIL_TO_PASS": "[\"a\"]", "PASS_TO_PASS": "[]"},
 	}
 	var lines []string
 	for _, in := range insts {
@@ -49,7 +54,7 @@ func TestImportOtherLanguages(t *testing.T) {
 	for _, r := range res.Records {
 		ok = append(ok, r.ID)
 	}
-	if want := "google__gson-1 phpoffice__phpspreadsheet-2 jekyll__jekyll-9141 fluent__fluentd-3 redis__redis-4 apache__lucene-5"; strings.Join(ok, " ") != want {
+	if want := "google__gson-1 phpoffice__phpspreadsheet-2 jekyll__jekyll-9141 fluent__fluentd-3 redis__redis-4 apache__lucene-5 google__gson-8 mrdoob__three.js-9"; strings.Join(ok, " ") != want {
 		t.Errorf("imported %v, want %s", ok, want)
 	}
 	reasons := map[string]string{}
@@ -59,7 +64,7 @@ func TestImportOtherLanguages(t *testing.T) {
 	for id, want := range map[string]string{
 		"jekyll__jekyll-1234": "parse_log_jekyll: unknown instance id",
 		"acme__unknown-6":     "not in SWE-bench's MAP_REPO_TO_PARSER",
-		"google__gson-7":      "no harness specs for google/gson version 2.10",
+		"google__gson-7":      `no harness specs for google/gson version "2.10"`,
 	} {
 		if !strings.Contains(reasons[id], want) {
 			t.Errorf("%s refused with %q, want it to say %q", id, reasons[id], want)

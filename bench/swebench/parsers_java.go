@@ -4,8 +4,8 @@ import (
 	"strings"
 )
 
-// Java, Kotlin and PHP log parsers: swebench/harness/log_parsers/java.py,
-// kotlin.py and php.py, ported line for line.
+// Java and PHP log parsers: swebench 5.0.2's harness/log_parsers/java.py
+// and php.py, ported line for line.
 
 var (
 	mavenTestName = pyre(`^.*-Dtest=(\S+).*$`)
@@ -104,84 +104,6 @@ func parseGradleCustom(log string) (map[string]string, error) {
 	return sm, nil
 }
 
-const junitXMLStart = `<?xml version="1.0" encoding="UTF-8"?>`
-
-var (
-	gradlePassedRes  = pyres(`^> Task :(\S+)$`, `^> Task :(\S+) UP-TO-DATE$`, `^(.+ > .+) PASSED$`)
-	gradleFailedRes  = pyres(`^> Task :(\S+) FAILED$`, `^(.+ > .+) FAILED$`)
-	gradleSkippedRes = pyres(`^> Task :(\S+) SKIPPED$`, `^> Task :(\S+) NO-SOURCE$`, `^(.+ > .+) SKIPPED$`)
-)
-
-// parseGradle is kotlin.py's parse_log_gradle: the JUnit XML report when
-// the log holds one that parses, else Gradle's text output; either way a
-// "static_verification" entry says whether the log has STATIC
-// VERIFICATION SUCCESS. A test in several sets ends as the last of
-// PASSED, FAILED, SKIPPED that holds it, as the Python's order of writes.
-func parseGradle(log string) (map[string]string, error) {
-	passed, failed, skipped := map[string]bool{}, map[string]bool{}, map[string]bool{}
-	finish := func() map[string]string {
-		sm := map[string]string{}
-		for t := range passed {
-			sm[t] = StatusPassed
-		}
-		for t := range failed {
-			sm[t] = StatusFailed
-		}
-		for t := range skipped {
-			sm[t] = StatusSkipped
-		}
-		if strings.Contains(log, "STATIC VERIFICATION SUCCESS") {
-			sm["static_verification"] = StatusPassed
-		} else {
-			sm["static_verification"] = StatusFailed
-		}
-		return sm
-	}
-
-	// xml_end is find()+len, so a missing </testsuites> gives a slice
-	// that cannot parse and the text fallback runs.
-	start := strings.Index(log, junitXMLStart)
-	end := strings.Index(log, "</testsuites>") + len("</testsuites>")
-	if start != -1 {
-		if root, err := etreeFromString(pySlice(log, start, end)); err == nil {
-			for _, suite := range root.descendants("testsuite") {
-				for _, tc := range suite.findChildren("testcase") {
-					id := tc.get("classname", "") + "." + tc.get("name", "")
-					switch {
-					case tc.find("failure") != nil || tc.find("error") != nil:
-						failed[id] = true
-					case tc.find("skipped") != nil:
-						skipped[id] = true
-					default:
-						passed[id] = true
-					}
-				}
-			}
-			return finish(), nil
-		}
-	}
-
-	for _, line := range pySplitLines(log) {
-		for _, re := range gradlePassedRes {
-			if m := pyMatch(re, line); m != nil && !failed[m[1]] {
-				passed[m[1]] = true
-			}
-		}
-		for _, re := range gradleFailedRes {
-			if m := pyMatch(re, line); m != nil {
-				failed[m[1]] = true
-				delete(passed, m[1])
-			}
-		}
-		for _, re := range gradleSkippedRes {
-			if m := pyMatch(re, line); m != nil {
-				skipped[m[1]] = true
-			}
-		}
-	}
-	return finish(), nil
-}
-
 var (
 	phpunitSuite = pyre(`^(\w.+) \(.+\)$`)
 	phpunitTest  = pyre(`^\s*([✔✘↩])\s*(.*)$`)
@@ -214,23 +136,4 @@ func parsePHPUnit(log string) (map[string]string, error) {
 		}
 	}
 	return sm, nil
-}
-
-// kotlinRepos are MAP_REPO_TO_PARSER_KOTLIN's repos (all parse_log_gradle).
-var kotlinRepos = []string{
-	"Aliucord/Aliucord", "AllanWang/Frost-for-Facebook", "AppIntro/AppIntro",
-	"DroidKaigi/conference-app-2021", "DroidKaigi/conference-app-2023",
-	"GetStream/whatsApp-clone-compose", "GrapheneOS/Camera", "IacobIonut01/Gallery",
-	"LemmyNet/jerboa", "LibChecker/LibChecker", "MMRLApp/MMRL", "Mahmud0808/ColorBlendr",
-	"NordicSemiconductor/Android-DFU-Library", "Pool-Of-Tears/GreenStash", "Pool-Of-Tears/Myne",
-	"Shabinder/SpotiFlyer", "Stypox/dicio-android", "T8RIN/ImageToolbox", "Tapadoo/Alerter",
-	"TrianguloY/URLCheck", "android/nowinandroid", "android/socialite", "android/sunflower",
-	"android/uamp", "aniyomiorg/aniyomi", "avluis/Hentoid", "beemdevelopment/Aegis",
-	"d4rken-org/capod", "flipperdevices/Flipper-Android-App", "getodk/collect", "gradle/gradle",
-	"iSoron/uhabits", "jaredsburrows/android-gradle-java-app-template",
-	"jarnedemeulemeester/findroid", "kasem-sm/SlimeKT", "keymapperorg/KeyMapper",
-	"kylecorry31/Trail-Sense", "leonlatsch/Photok", "nextcloud/android", "nextcloud/notes-android",
-	"owncloud/android", "oxygen-updater/oxygen-updater", "patzly/grocy-android",
-	"recloudstream/cloudstream", "spacecowboy/Feeder", "thunderbird/thunderbird-android",
-	"wikimedia/apps-android-wikipedia", "you-apps/ClockYou", "you-apps/RecordYou",
 }

@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 )
 
-// JavaScript log parsers: swebench/harness/log_parsers/javascript.py,
+// JavaScript log parsers: swebench 5.0.2's harness/log_parsers/javascript.py,
 // ported line for line. Where the Python raises (an AttributeError on a
 // failed re.match, an IndexError on an empty list), the port returns an
 // error: the harness then fails the instance rather than grading it.

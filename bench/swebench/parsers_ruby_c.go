@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Ruby and C log parsers: swebench/harness/log_parsers/ruby.py and c.py,
+// Ruby and C log parsers: swebench 5.0.2's harness/log_parsers/ruby.py and c.py,
 // ported line for line.
 
 var minitestLine = pyre(`^(.+)\. .*=.*(\.|F|E).*$`)

@@ -34,7 +34,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -117,10 +116,11 @@ func (Importer) Import(ctx context.Context, u *url.URL, baseDir string) (*import
 	if err != nil {
 		return nil, err
 	}
-	insts, err := readInstances(p)
+	all, err := readInstances(p)
 	if err != nil {
 		return nil, err
 	}
+	insts, dups := dedupe(all)
 	ids := make([]string, len(insts))
 	byID := map[string]Instance{}
 	for i, in := range insts {
@@ -135,6 +135,9 @@ func (Importer) Import(ctx context.Context, u *url.URL, baseDir string) (*import
 	for _, id := range names {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if d, ok := dups[id]; ok {
+			res.Note(id, d)
 		}
 		rec, err := record(byID[id], q, oracle)
 		if err != nil {
@@ -186,17 +189,47 @@ func readInstances(p string) ([]Instance, error) {
 			out = append(out, in)
 		}
 	}
-	seen := map[string]bool{}
 	for i, in := range out {
 		if in.InstanceID == "" {
 			return nil, fmt.Errorf("%s: instance %d has no instance_id", p, i+1)
 		}
-		if seen[in.InstanceID] {
-			return nil, fmt.Errorf("%s: instance_id %s appears twice", p, in.InstanceID)
-		}
-		seen[in.InstanceID] = true
 	}
 	return out, nil
+}
+
+// dedupe keeps one instance per instance_id: the last copy, in the first
+// one's place, as a dict keyed by instance_id keeps it. That is the copy
+// the harness's results show: run_evaluation runs every copy, each writing
+// the same logs/run_evaluation/…/<instance_id>/report.json, so the last one
+// run is what the report reads (and its image and prediction lookups are
+// dicts by instance_id). dups says, for each id that had copies, which
+// one was kept.
+func dedupe(insts []Instance) (out []Instance, dups map[string]string) {
+	at := map[string][]int{} // instance_id → its 1-based places in the file
+	kept := map[string]int{} // instance_id → its index in out
+	for i, in := range insts {
+		if j, ok := kept[in.InstanceID]; ok {
+			out[j] = in
+		} else {
+			kept[in.InstanceID] = len(out)
+			out = append(out, in)
+		}
+		at[in.InstanceID] = append(at[in.InstanceID], i+1)
+	}
+	for id, places := range at {
+		if len(places) < 2 {
+			continue
+		}
+		if dups == nil {
+			dups = map[string]string{}
+		}
+		s := make([]string, len(places))
+		for i, n := range places {
+			s[i] = fmt.Sprint(n)
+		}
+		dups[id] = fmt.Sprintf("instance_id %s appears %d times in the file (instances %s): the last copy is kept, as SWE-bench's harness reports it", id, len(places), strings.Join(s, ", "))
+	}
+	return out, dups
 }
 
 // ImageName is the harness's image for an instance
@@ -210,14 +243,23 @@ func record(in Instance, q importer.Query, oracle bool) (spec.Record, error) {
 	if err != nil {
 		return spec.Record{}, err
 	}
-	g := Grade{InstanceID: in.InstanceID, FailToPass: in.FailToPass, PassToPass: in.PassToPass, LogParser: in.LogParser, EvalType: in.EvalType}
+	g := Grade{InstanceID: in.InstanceID, FailToPass: in.FailToPass, PassToPass: in.PassToPass, LogParser: in.LogParser, EvalType: in.EvalType, Version: in.Version}
 	if g.LogParser == "" {
-		g.LogParser = repoParsers[in.Repo]
+		// A classic instance's parser is the one its eval script's tables
+		// name (MAP_REPO_TO_PARSER of specs.json); a v5 instance that names
+		// none gets current upstream's map.
+		t, err := tables()
+		if err != nil {
+			return spec.Record{}, err
+		}
+		if g.LogParser = t.Parsers[in.Repo]; g.LogParser == "" && in.EvalScript != "" {
+			g.LogParser = repoParsers[in.Repo]
+		}
 	}
 	if g.LogParser == "" {
 		return spec.Record{}, &dockerfile.RefusalError{Reason: fmt.Sprintf("repo %s is not in SWE-bench's MAP_REPO_TO_PARSER and the instance names no log_parser", in.Repo)}
 	}
-	if _, err := ParserFor(g.LogParser, in.InstanceID); err != nil {
+	if _, err := ParserForInstance(g.LogParser, in.InstanceID, in.Version); err != nil {
 		return spec.Record{}, &dockerfile.RefusalError{Reason: fmt.Sprintf("log parser for repo %s: %v", in.Repo, err)}
 	}
 	if g.EvalType == "" {
@@ -242,12 +284,18 @@ func record(in Instance, q importer.Query, oracle bool) (spec.Record, error) {
 	if oracle && in.Patch != "" {
 		env.Files = map[string]string{".evalsi-gold.patch": in.Patch}
 	}
-	gradeJSON, _ := json.Marshal(g)
+	// Graded as run_instance grades: in a fresh sandbox of the instance's
+	// environment that gets only the agent's diff, at the harness's
+	// patch path; the test lists reach the grader from the record (args),
+	// never through the sandbox.
 	env.Checker = &spec.Checker{
-		Files:   map[string]string{"/eval.sh": script},
-		Command: []string{"/bin/bash", "-c", checkerScript(gradeJSON)},
-		Parser:  ParserGrade,
-		Timeout: spec.Duration(EvalTimeout + 5*time.Minute),
+		Files:      map[string]string{"/eval.sh": script},
+		Command:    []string{"/bin/bash", "-c", checkerScript()},
+		Parser:     ParserGrade,
+		ParserArgs: gradeArgs(g),
+		Timeout:    spec.Duration(EvalTimeout + 5*time.Minute),
+		Fresh:      true,
+		PatchFile:  PatchPath,
 	}
 	input := in.ProblemStatement
 	meta := map[string]spec.JSON{
@@ -267,44 +315,79 @@ func record(in Instance, q importer.Query, oracle bool) (spec.Record, error) {
 
 const goldPatchPath = "/tmp/evalsi-gold.patch"
 
-// applyFunc applies a patch as run_instance does: each command in order
-// until one succeeds, the tree cleaned before each retry; then a patch
-// already applied counts; else the Patch Apply Failed marker.
+// PatchPath is where the fresh checker sandbox gets the agent's diff:
+// the harness's CONTAINER_PATCH_FILE, outside the repository.
+const PatchPath = "/tmp/patch.diff"
+
+// applyFunc applies a patch as run_instance does: each of GIT_APPLY_CMDS
+// in order until one succeeds, the tree made pristine before each retry
+// (not after the last); then a tree where the patch reverse-applies
+// counts as applied (the chain can leave it applied while every command
+// exited non-zero); else the Patch Apply Failed marker.
 const applyFunc = `apply_patch() {
+	first=1
 	for cmd in "git apply --verbose" "git apply --verbose --3way" "git apply --verbose --reject" "patch --batch --forward --fuzz=5 -p1 -i"; do
+		if [ $first -eq 0 ]; then
+			git checkout -- . ; git clean -fd
+		fi
+		first=0
 		if $cmd "$1"; then
-			echo ">>>>> Applied Patch ($cmd)"
+			echo "` + applyPatchPass + ` ($cmd)"
 			return 0
 		fi
-		git checkout -- . ; git clean -fd
+		echo "Failed to apply patch to container: $cmd"
 	done
 	if git apply --check --reverse "$1"; then
-		echo ">>>>> Applied Patch (already applied)"
+		echo "` + applyPatchPass + `: verified already applied"
 		return 0
 	fi
 	echo "` + ApplyPatchFail + `"
 	return 1
 }`
 
-// gradeMarker starts the checker's first output line, which carries the
-// instance's grading data before anything the agent changed runs.
-const gradeMarker = ">>>>> evalsi swebench grade "
+// applyPatchPass is the harness's APPLY_PATCH_PASS (its logs, not graded).
+const applyPatchPass = ">>>>> Applied Patch"
 
-func checkerScript(grade []byte) string {
-	return fmt.Sprintf(`printf '%%s\n' %[1]s
-cd %[2]s || exit 0
+// The checker script's exit codes tell the grader how the run went. They
+// are set before any of the agent's code runs (applying a patch runs
+// none), so what the agent's tests do later cannot turn an unapplied or
+// empty patch into a graded one. Any other code is the script failing.
+const (
+	exitEvaluated   = 0  // the eval script ran; its output is in TestOutputPath
+	exitEmptyPatch  = 10 // the agent changed nothing: the harness does not evaluate it
+	exitApplyFailed = 11 // no command of the harness applied the patch
+	exitTimedOut    = 12 // the eval script ran past EvalTimeout
+	exitNoPatchFile = 13 // the engine wrote no patch file: an infrastructure fault
+	exitNoWorkdir   = 14 // the environment has no Workdir: an infrastructure fault
+)
+
+// checkerScript runs in the fresh sandbox: the image as set up, nothing
+// of the agent's but the patch at PatchPath. It applies the patch with
+// the harness's fallbacks, then runs the eval script with the harness's
+// timeout, its output to TestOutputPath. It prints no grade: the grader
+// takes the test lists from the record and the log from TestOutputPath.
+// An empty patch is not evaluated, as run_instances drops empty
+// predictions (they count as unresolved).
+func checkerScript() string {
+	return fmt.Sprintf(`cd %[1]s || exit %[6]d
+# oracle=true's copy of the gold patch: the harness's container has none.
+rm -f -- .evalsi-gold.patch
+[ -f %[2]s ] || { echo "no patch file %[2]s"; exit %[7]d; }
+[ -s %[2]s ] || { echo "the agent's patch is empty: not evaluated, as the harness does"; exit %[8]d; }
 %[3]s
-git add -A -- . ':(exclude).evalsi-gold.patch' >/dev/null 2>&1
-git -c core.fileMode=false diff --cached --binary HEAD > /tmp/evalsi-model.patch
-git reset -q --hard HEAD && git clean -fdq
-apply_patch /tmp/evalsi-model.patch 2>&1 || exit 0
+apply_patch %[2]s 2>&1 || exit %[9]d
 rm -f %[5]s
-timeout %[4]d /bin/bash /eval.sh > %[5]s 2>&1
+start=$SECONDS
+timeout -k 30 %[4]d /bin/bash /eval.sh > %[5]s 2>&1
 code=$?
-echo "%[7]s"
-if [ $code -eq 124 ]; then echo "%[6]s"; fi
-exit 0
-`, dockerfile.Quote(gradeMarker+string(grade)), Workdir, applyFunc, int(EvalTimeout.Seconds()), TestOutputPath, TestsTimeout, testOutputMarker)
+# 124: timed out; 137: killed 30s after ignoring the timeout's TERM.
+if [ $code -eq 124 ] || { [ $code -eq 137 ] && [ $((SECONDS - start)) -ge %[4]d ]; }; then
+	echo "%[10]s"
+	exit %[11]d
+fi
+exit %[12]d
+`, Workdir, PatchPath, applyFunc, int(EvalTimeout.Seconds()), TestOutputPath,
+		exitNoWorkdir, exitNoPatchFile, exitEmptyPatch, exitApplyFailed, TestsTimeout, exitTimedOut, exitEvaluated)
 }
 
 // TestOutputPath is where the checker writes the eval script's output
@@ -320,23 +403,24 @@ const TestOutputPath = "/tmp/evalsi-test-output.txt"
 // invalid: not resolved.
 const LogCap = 64 << 20
 
-// testOutputMarker tells the grader that the eval script ran and its
-// output is in TestOutputPath.
-const testOutputMarker = ">>>>> evalsi test output in " + TestOutputPath
-
-// EvalScript is the instance's eval script as the harness runs it: a v5
-// instance's own (with its image_assets downloaded before the test patch,
-// see assets.go), or the one the harness builds for a classic instance;
-// the test exit code recorded around the end marker either way.
+// EvalScript is the instance's eval script as swebench 5.0.2's
+// make_test_spec(instance).eval_script writes it: a v5 instance's own
+// eval_script, or for a classic instance the one swebench 4.1.0 builds from
+// its repo and version (evalscript.go), which is how the v5 datasets got
+// theirs; either way through parse_eval_script and record_test_exit_code.
+// A v5 instance's image_assets are also downloaded before its test patch
+// (see assets.go); a classic instance's are in the script already where
+// the 4.1.0 builder puts them (JavaScript only).
 func EvalScript(in Instance) (string, error) {
-	var lines []string
-	if in.EvalScript != "" {
-		for _, l := range strings.Split(in.EvalScript, "\n") {
-			if l == "#!/bin/bash" || l == "set -uxo pipefail" {
-				continue
-			}
-			lines = append(lines, l)
+	src, classic := in.EvalScript, in.EvalScript == ""
+	if classic {
+		var err error
+		if src, err = classicEvalScript(in); err != nil {
+			return "", err
 		}
+	}
+	lines := parseEvalScript(src)
+	if !classic {
 		assets, err := parseImageAssets(in.ImageAssets)
 		if err != nil {
 			return "", err
@@ -344,17 +428,21 @@ func EvalScript(in Instance) (string, error) {
 		if lines, err = insertDownloads(lines, assets); err != nil {
 			return "", &dockerfile.RefusalError{Reason: err.Error()}
 		}
-	} else {
-		// make_eval_script_list_py does not download image_assets (only
-		// the JavaScript builder does), so a classic instance's are unused.
-		s, ok := lookupSpecs(in.Repo, in.Version)
-		if !ok {
-			return "", &dockerfile.RefusalError{Reason: fmt.Sprintf("no harness specs for %s version %s in this build: the test command of classic instances comes from SWE-bench's MAP_REPO_VERSION_TO_SPECS (use a v5 instance with eval_script)", in.Repo, in.Version)}
-		}
-		lines = classicEvalScript(in, s)
 	}
-	script := strings.Join(append([]string{"#!/bin/bash", "set -uxo pipefail"}, lines...), "\n") + "\n"
-	return recordTestExitCode(script), nil
+	lines = append([]string{"#!/bin/bash", "set -uxo pipefail"}, lines...)
+	return recordTestExitCode(strings.Join(lines, "\n")) + "\n", nil
+}
+
+// parseEvalScript is parse_eval_script: the script stripped, split into
+// lines, and the header lines dropped wherever they are.
+func parseEvalScript(script string) []string {
+	var lines []string
+	for _, l := range strings.Split(pyStrip(script), "\n") {
+		if l != "#!/bin/bash" && l != "set -uxo pipefail" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
 }
 
 // recordTestExitCode inserts the exit-code lines around the end marker's
@@ -369,105 +457,4 @@ func recordTestExitCode(script string) string {
 	out = append(out, "SWEBENCH_TEST_EXIT_CODE=$?", lines[i], `echo ">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE"`)
 	out = append(out, lines[i+1:]...)
 	return strings.Join(out, "\n")
-}
-
-// repoSpecs is the part of MAP_REPO_VERSION_TO_SPECS an eval script uses.
-type repoSpecs struct {
-	TestCmd      string
-	Install      string
-	EvalCommands []string
-}
-
-// testPytest is TEST_PYTEST as SPECS_SQLFLUFF sees it. constants/python.py
-// assigns TEST_PYTEST twice: first "pytest --no-header -rA --tb=no -p
-// no:cacheprovider", then, a few lines below, "pytest -rA", and every spec
-// defined after that (sqlfluff's included) gets the second.
-const testPytest = "pytest -rA"
-
-// lookupSpecs knows the repos whose specs this build carries.
-func lookupSpecs(repo, version string) (repoSpecs, bool) {
-	switch repo {
-	case "sqlfluff/sqlfluff":
-		return repoSpecs{TestCmd: testPytest, Install: "python -m pip install -e ."}, true
-	}
-	return repoSpecs{}, false
-}
-
-var diffHeader = regexp.MustCompile(`diff --git a/.* b/(.*)`)
-
-// nonTestExts are NON_TEST_EXTS: files of a test patch that are not tests.
-var nonTestExts = []string{".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml"}
-
-// testDirectives is get_test_directives (non-Django repos).
-func testDirectives(in Instance) []string {
-	var out []string
-	for _, m := range diffHeader.FindAllStringSubmatch(in.TestPatch, -1) {
-		d := m[1]
-		if slices.ContainsFunc(nonTestExts, func(e string) bool { return strings.HasSuffix(d, e) }) {
-			continue
-		}
-		out = append(out, d)
-	}
-	return out
-}
-
-// patchFiles splits a patch's files into modified ones (with a source) and
-// new ones (from /dev/null), as get_modified_files and get_new_files do.
-// Only the --- / +++ lines of a file's header count, never hunk lines.
-func patchFiles(patch string) (modified, added []string) {
-	var src string
-	header := false
-	for _, line := range strings.Split(patch, "\n") {
-		switch {
-		case strings.HasPrefix(line, "diff --git "):
-			header, src = true, ""
-		case header && strings.HasPrefix(line, "--- "):
-			src = strings.TrimSpace(strings.TrimPrefix(line, "--- "))
-		case header && strings.HasPrefix(line, "+++ "):
-			dst := strings.TrimSpace(strings.TrimPrefix(line, "+++ "))
-			if src == "/dev/null" {
-				added = append(added, strings.TrimPrefix(dst, "b/"))
-			} else {
-				modified = append(modified, strings.TrimPrefix(src, "a/"))
-			}
-			header = false
-		}
-	}
-	return modified, added
-}
-
-// classicEvalScript is make_eval_script_list_py.
-func classicEvalScript(in Instance, s repoSpecs) []string {
-	const heredoc = "EOF_114329324912"
-	modified, added := patchFiles(in.TestPatch)
-	var reset []string
-	if len(modified) > 0 {
-		reset = append(reset, "git checkout "+in.BaseCommit+" "+strings.Join(modified, " "))
-	}
-	if len(added) > 0 {
-		reset = append(reset, "rm -f "+strings.Join(added, " "))
-	}
-	cmds := []string{"source /opt/miniconda3/bin/activate", "conda activate testbed", "cd " + Workdir}
-	cmds = append(cmds, s.EvalCommands...)
-	cmds = append(cmds,
-		"git config --global --add safe.directory "+Workdir,
-		"cd "+Workdir,
-		"git status",
-		"git show",
-		"git -c core.fileMode=false diff "+in.BaseCommit,
-		"source /opt/miniconda3/bin/activate",
-		"conda activate testbed",
-	)
-	if s.Install != "" {
-		cmds = append(cmds, s.Install)
-	}
-	cmds = append(cmds, reset...)
-	cmds = append(cmds,
-		"git apply -v - <<'"+heredoc+"'\n"+in.TestPatch+"\n"+heredoc,
-		": '"+StartTestOutput+"'",
-		strings.Join(append([]string{s.TestCmd}, testDirectives(in)...), " "),
-		": '"+EndTestOutput+"'",
-	)
-	cmds = append(cmds, reset...)
-	return cmds
 }

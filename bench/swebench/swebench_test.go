@@ -2,11 +2,14 @@ package swebench
 
 import (
 	"context"
+	"encoding/json"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -261,7 +264,129 @@ func TestImportRefusesUnknownClassicRepo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Refused) != 1 || !strings.Contains(res.Refused[0].Reason, "no harness specs") {
+	if len(res.Refused) != 1 || !strings.Contains(res.Refused[0].Reason, "no harness specs for acme/x") {
 		t.Errorf("refused %+v", res.Refused)
+	}
+}
+
+// TestImportEveryClassicRepo: a classic instance of every (repo, version)
+// of the harness's tables imports, with the eval script EvalScript builds
+// and the parser MAP_REPO_TO_PARSER names, except where the harness itself
+// cannot run it (no test_cmd, no parser), which is refused with the reason.
+func TestImportEveryClassicRepo(t *testing.T) {
+	tb, err := tables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	byID := map[string]Instance{}
+	for repo, versions := range tb.Specs {
+		for v := range versions {
+			in := Instance{Repo: repo, Version: v, InstanceID: strings.ReplaceAll(repo, "/", "__") + "-" + v, // jekyll's and immutable-js's parsers know PR numbers
+				BaseCommit: "abc", TestPatch: richTestPatch, FailToPass: []string{"a"}, PassToPass: []string{}}
+			b, _ := json.Marshal(in)
+			lines = append(lines, string(b))
+			byID[in.InstanceID] = in
+		}
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "i.jsonl"), []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse("swebench://i.jsonl")
+	res, err := Importer{}.Import(context.Background(), u, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Refused {
+		in := byID[r.Task]
+		switch {
+		case in.Repo == "dbt-labs/dbt-core" && strings.Contains(r.Reason, "have no test_cmd"):
+		case in.Repo == humanevalRepo && strings.Contains(r.Reason, "not in SWE-bench's MAP_REPO_TO_PARSER"):
+		default:
+			t.Errorf("%s (%s %s) refused: %s", r.Task, in.Repo, in.Version, r.Reason)
+		}
+	}
+	if len(res.Records) < len(lines)-30 {
+		t.Errorf("only %d of %d classic instances imported", len(res.Records), len(lines))
+	}
+	for _, r := range res.Records {
+		in := byID[r.ID]
+		env, err := dataset.Environment(nil, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := EvalScript(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env.Checker.Files["/eval.sh"] != want {
+			t.Errorf("%s: the record's eval script is not EvalScript's", r.ID)
+		}
+		var g Grade
+		if err := json.Unmarshal(env.Checker.ParserArgs, &g); err != nil {
+			t.Fatal(err)
+		}
+		if g.LogParser != tb.Parsers[in.Repo] {
+			t.Errorf("%s: parser %q, MAP_REPO_TO_PARSER says %q", r.ID, g.LogParser, tb.Parsers[in.Repo])
+		}
+	}
+}
+
+// TestImportDuplicateInstanceID: a file with an instance_id twice imports
+// with a note naming it, keeping one copy: the last, in the first one's
+// place, as the harness's report shows it.
+func TestImportDuplicateInstanceID(t *testing.T) {
+	dir := benchdata.Dir(t, "swebench")
+	b, err := os.ReadFile(filepath.Join(dir, "swe-bench-dev-easy.sqlfluff__sqlfluff-2386.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sample []map[string]any
+	if err := json.Unmarshal(b, &sample); err != nil || len(sample) == 0 {
+		t.Fatalf("the sample is not a JSON array of instances: %v", err)
+	}
+	first, other := sample[0], maps.Clone(sample[0])
+	other["instance_id"] = "sqlfluff__sqlfluff-1"
+	last := maps.Clone(first)
+	last["FAIL_TO_PASS"] = []string{"the last copy's test"}
+	var lines []string
+	for _, in := range []map[string]any{first, other, last} {
+		b, _ := json.Marshal(in)
+		lines = append(lines, string(b))
+	}
+	tmp := t.TempDir()
+	if err := os.WriteFile(filepath.Join(tmp, "i.jsonl"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse("swebench://i.jsonl")
+	res, err := Importer{}.Import(context.Background(), u, tmp)
+	if err != nil {
+		t.Fatalf("a duplicated instance_id refused the whole file: %v", err)
+	}
+	var ids []string
+	for _, r := range res.Records {
+		ids = append(ids, r.ID)
+	}
+	if want := "sqlfluff__sqlfluff-2386 sqlfluff__sqlfluff-1"; strings.Join(ids, " ") != want {
+		t.Fatalf("imported %v, want %s (one copy, in the first one's place)", ids, want)
+	}
+	env, err := dataset.Environment(nil, res.Records[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g Grade
+	if err := json.Unmarshal(env.Checker.ParserArgs, &g); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(g.FailToPass, []string{"the last copy's test"}) {
+		t.Errorf("kept FAIL_TO_PASS %v, want the last copy's", g.FailToPass)
+	}
+	notes := res.Notes["sqlfluff__sqlfluff-2386"]
+	if len(notes) != 1 || !strings.Contains(notes[0], "instance_id sqlfluff__sqlfluff-2386 appears 2 times in the file (instances 1, 3): the last copy is kept") {
+		t.Errorf("notes %q", res.Notes)
+	}
+	if len(res.Notes["sqlfluff__sqlfluff-1"]) != 0 {
+		t.Errorf("a unique id got notes: %q", res.Notes["sqlfluff__sqlfluff-1"])
 	}
 }
