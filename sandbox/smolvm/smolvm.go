@@ -319,6 +319,10 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	if len(req.Argv) == 0 {
 		return res, errors.New("smolvm exec: empty argv")
 	}
+	if u := req.User; u != "" && u != "root" && u != "0" && u != "0:0" && u != "root:root" {
+		// Never a command run as someone else than asked.
+		return res, fmt.Errorf("smolvm exec: commands run as the VM's root; user %q is not supported on this rung", u)
+	}
 	n, err := s.next()
 	if err != nil {
 		return res, err

@@ -35,8 +35,12 @@ func suiteOptions() sandboxtest.Options {
 			sandboxtest.CapPrivateRoot:  "each command boots a fresh VM, so writes outside the workdir are private to that command and discarded with it",
 			sandboxtest.CapReadOnlyRoot: "smolvm has no read-only root flag; writes outside the workdir succeed but are discarded with the command's VM",
 			sandboxtest.CapMemoryDenial: "the guest kernel's OOM killer stops a memory hog inside the VM; the host cannot tell that SIGKILL from another",
+			sandboxtest.CapService:      "each command boots a fresh VM, so no process outlives its command (StartService is unsupported)",
+			sandboxtest.CapExecUser:     "commands run as the VM's root; ExecRequest.User is not passed to smolvm",
+			sandboxtest.CapEtcFiles:     "the guest's /etc is the image's; smolvm writes no per-sandbox hosts, hostname or resolv.conf",
 		},
 		NotRun: map[string]string{
+			sandboxtest.RowUserToRoot:      "commands cannot run as another user on the smolvm rung",
 			sandboxtest.RowAllowlistBypass: "the smolvm rung refuses network: allowlist at Create, so there is no allowlist to bypass",
 		},
 	}
