@@ -226,10 +226,7 @@ func findXMLBlock(s string) (start, end int, tag string, ok bool) {
 	return 0, 0, "", false
 }
 
-var reactPDFPatterns = []struct {
-	re     *regexp.Regexp
-	status string
-}{
+var reactPDFPatterns = []statusPattern{
 	{pyre(`^PASS\s(.*)\s\([\d\.]+ms\)`), StatusPassed},
 	{pyre(`^PASS\s(.*)\s\([\d\.]+\ss\)`), StatusPassed},
 	{pyre(`^PASS\s(.*)\s\([\d\.]+s\)`), StatusPassed},
@@ -243,16 +240,28 @@ var reactPDFPatterns = []struct {
 // parseReactPDF is parse_log_react_pdf: jest's per-file "PASS|FAIL path
 // (1.2 s)" lines, the first pattern that matches deciding.
 func parseReactPDF(log string) (map[string]string, error) {
+	return firstPatternPerLine(log, reactPDFPatterns), nil
+}
+
+// firstPatternPerLine gives each line's first match the pattern's status,
+// the test named by its first group.
+func firstPatternPerLine(log string, patterns []statusPattern) map[string]string {
 	sm := map[string]string{}
 	for _, line := range strings.Split(log, "\n") {
-		for _, p := range reactPDFPatterns {
+		for _, p := range patterns {
 			if m := p.re.FindStringSubmatch(line); m != nil {
 				sm[m[1]] = p.status
 				break
 			}
 		}
 	}
-	return sm, nil
+	return sm
+}
+
+// statusPattern is a line pattern and the status its match gives.
+type statusPattern struct {
+	re     *regexp.Regexp
+	status string
 }
 
 var jestJSONLine = pyre(`^\[(PASSED|FAILED)\]\s(.+)$`)

@@ -315,33 +315,14 @@ func nextParser(version string) LogParser {
 }
 
 // carbonPatterns are parse_log_carbon's, tried in order on each line.
-var carbonPatterns = []struct {
-	re     *regexp.Regexp
-	status string
-}{
-	{pyre(`^PASS\s(.*)\s\([\d\.]+ms\)`), StatusPassed},
-	{pyre(`^PASS\s(.*)\s\([\d\.]+\ss\)`), StatusPassed},
-	{pyre(`^PASS\s(.*)\s\([\d\.]+s\)`), StatusPassed},
-	{pyre(`^PASS\s(.*)`), StatusPassed},
-	{pyre(`^FAIL\s(.*)\s\([\d\.]+ms\)`), StatusFailed},
-	{pyre(`^FAIL\s(.*)\s\([\d\.]+\ss\)`), StatusFailed},
-	{pyre(`^FAIL\s(.*)\s\([\d\.]+s\)`), StatusFailed},
-	{pyre(`^FAIL\s(.*)`), StatusFailed},
-}
+// carbonPatterns are parse_log_carbon's, the same list as
+// parse_log_react_pdf's.
+var carbonPatterns = reactPDFPatterns
 
 // parseCarbon is parse_log_carbon (also scratch-gui's, prettier's and
 // lighthouse's jest parser): jest's per-file PASS and FAIL lines.
 func parseCarbon(log string) (map[string]string, error) {
-	sm := map[string]string{}
-	for _, line := range strings.Split(log, "\n") {
-		for _, p := range carbonPatterns {
-			if m := p.re.FindStringSubmatch(line); m != nil {
-				sm[m[1]] = p.status
-				break
-			}
-		}
-	}
-	return sm, nil
+	return firstPatternPerLine(log, carbonPatterns), nil
 }
 
 var (
