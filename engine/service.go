@@ -71,7 +71,7 @@ func startService(ctx context.Context, sb serviceStarter, env *spec.Environment,
 			err = &kindError{kind: "service", err: fmt.Errorf("starting the task's service %q as %s: %w", svc.Command, userName(user), err)}
 			if errors.Is(err, errors.ErrUnsupported) {
 				// The rung does not change between attempts.
-				return &NonRetryable{Err: fmt.Errorf("this sandbox's rung cannot run the task's service (environment.service): use a rung that can (bwrap, docker): %w", err)}
+				return &NonRetryable{Err: fmt.Errorf("this sandbox's rung cannot run the task's service (environment.service): use a rung that can (bwrap, landlock, docker or host): %w", err)}
 			}
 			return err
 		}

@@ -5,14 +5,16 @@
 // Classic instances (repo, base_commit, test_patch, FAIL_TO_PASS, …) get the
 // eval script the harness builds from its per-repo specs; v5 instances carry
 // their own eval_script, log_parser and eval_type. The agent works in
-// /testbed of the instance image. After the agent, the checker takes the
-// agent's change as a patch (git diff against HEAD, new files included),
-// resets the repository and applies the patch with the harness's fallbacks
-// in order (git apply, --3way, --reject, patch --fuzz=5), then runs the
-// eval script (test files reset, test patch applied, tests between the
-// output markers, the exit code recorded) and grades the log with the
+// /testbed of the instance image. The agent's change (the engine's diff
+// capture) is graded in a fresh sandbox of the environment
+// (checker.fresh), written to PatchPath and applied there with the
+// harness's fallbacks in order (git apply, --3way, --reject,
+// patch --fuzz=5, then "already applied"); then the eval script runs
+// (test files reset, test patch applied, tests between the output
+// markers, the exit code recorded) and the log is graded with the
 // instance's log parser and the v5 FAIL_TO_PASS / PASS_TO_PASS rule,
-// including its invalidation checks (see grading.go).
+// including its invalidation checks (see grading.go). The test lists
+// come from the record (checker.parser_args), never the sandbox.
 //
 // The eval script's output goes to a file in the sandbox that the grader
 // reads back (up to LogCap), so logs longer than a command's 1 MiB output
