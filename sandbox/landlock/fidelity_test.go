@@ -20,20 +20,29 @@ import (
 	"evals.si/sandbox/reexec"
 )
 
+// lookupUser against docker exec -u's rules, on passwd and group files
+// with near misses, a comment, a broken line and a user named like a uid.
 func TestLookupUser(t *testing.T) {
-	passwd := parsePasswd(`root:x:0:0:root:/root:/bin/bash
+	etc := t.TempDir()
+	for name, content := range map[string]string{
+		"passwd": `root:x:0:0:root:/root:/bin/bash
 # a comment
 evuser:x:4242:4243::/home/evuser:/bin/sh
 evuserx:x:4250:4250::/home/x:/bin/sh
 2000:x:3000:3000::/home/numeric:/bin/sh
 broken line
-`)
-	group := parseGroup(`root:x:0:
+`,
+		"group": `root:x:0:
 evuser:x:4243:
 evextra:x:4244:evuserx,evuser
 evnear:x:4245:evuserx
 4299name:x:4246:
-`)
+`,
+	} {
+		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		spec string
 		want cred
@@ -55,10 +64,11 @@ evnear:x:4245:evuserx
 		{spec: "nosuchuser", err: "unable to find user nosuchuser: no matching entries in passwd file"},
 		{spec: "evuse", err: "unable to find user evuse"},
 		{spec: "evuser:nosuchgroup", err: "unable to find group nosuchgroup: no matching entries in group file"},
-		{spec: "-1", err: "negative uid"},
+		{spec: "-1", err: "uids and gids must be in range"},
+		{spec: "4300:2147483648", err: "uids and gids must be in range"},
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
-			got, err := lookupUser(tc.spec, passwd, group)
+			got, err := lookupUser(tc.spec, etc)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("lookupUser(%q) = %+v, %v; want error %q", tc.spec, got, err, tc.err)
