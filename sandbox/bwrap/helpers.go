@@ -21,7 +21,8 @@ import (
 const (
 	// helperInit runs inside the sandbox as /.evalsi/evalsi, started by
 	// the exec server: it sets the command's address-space limit, which
-	// the server (a Go runtime) cannot run under, and execs the command.
+	// the server (a Go runtime) cannot run under, makes a service's leader
+	// a child subreaper, and execs the command.
 	helperInit = "evalsi-bwrap-init"
 )
 
@@ -34,10 +35,23 @@ func fail(helper string, err error) int {
 	return 125
 }
 
-// initMain: [--rlimit NAME=N]... -- ARGV...
+// initMain: [--subreaper] [--rlimit NAME=N]... -- ARGV...
+//
+// --subreaper makes the process a child subreaper (PR_SET_CHILD_SUBREAPER,
+// kept across execve) before it execs ARGV: a service's leader, so that
+// whatever the service starts stays its descendant however it detaches
+// (a daemon's double fork reparents to it, not to the exec server), which
+// is what the sweep after each command spares (execserver.killLeftovers).
 func initMain(args []string) int {
 	var rls []limits.Rlimit
 	for len(args) > 0 && args[0] != "--" {
+		if args[0] == "--subreaper" {
+			if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+				return fail(helperInit, fmt.Errorf("making the service a child subreaper: %w", err))
+			}
+			args = args[1:]
+			continue
+		}
 		if args[0] != "--rlimit" || len(args) < 2 {
 			return fail(helperInit, fmt.Errorf("bad arguments at %q", args[0]))
 		}

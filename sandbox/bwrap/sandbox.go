@@ -383,11 +383,11 @@ func (s *Sandbox) makeReport(cgNote string) sandbox.Report {
 	if s.cgroups != nil {
 		exec += " and cgroup"
 	}
-	rep.Notes = append(rep.Notes, exec+", and what it leaves running is killed when it ends (once no other command runs, every process but the server and the services' sessions: a process can leave its session only for a new one of its own, so none of a command's is spared; what a service starts with setsid is not spared either)")
+	rep.Notes = append(rep.Notes, exec+", and what it leaves running is killed when it ends (once no other command runs, every process but the server and the running services' leaders and their descendants: each leader is a child subreaper, so a daemon a service detaches with a double fork and setsid stays its descendant, and a process's parent is fixed at fork, so none of a command's is among them)")
 	if _, err := ll.LandlockGetABIVersion(); err == nil {
 		rep.Notes = append(rep.Notes, "each command runs in a Landlock domain of its own, which restricts no file access: it cannot ptrace or open the memory, environment or descriptors of processes outside it (the server's, a service's, another command's)")
 	} else {
-		rep.Notes = append(rep.Notes, "no Landlock in this kernel: a command can open a service's /proc/PID/mem (same uid), and so leave processes in the service's session, which the sweep after each command spares")
+		rep.Notes = append(rep.Notes, "no Landlock in this kernel: a command can open a service's /proc/PID/mem (same uid), and so have the service fork processes, which as its descendants the sweep after each command spares")
 	}
 	users := "a command naming a user (docker exec -u's forms) runs as that user of the sandbox, resolved by the exec server from the sandbox's own /etc/passwd and /etc/group, as runc resolves it"
 	if !s.inNS {
@@ -659,7 +659,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		defer cg.Remove()
 	}
 	start := time.Now()
-	argv, env := s.command(req.Argv, env)
+	argv, env := s.command(req.Argv, env, false)
 	m := execserver.ExecMsg{Argv: argv, Env: env, Dir: cwd, Stdin: req.Stdin, Limit: limit, Join: cg != nil}
 	s.setUser(&m, req)
 	c, err := srv.start(m, limit)

@@ -322,8 +322,13 @@ func (s *Sandbox) startServer(ctx context.Context, proxy string) (_ *execServer,
 // command's own lower one: it counts the server's threads with the
 // command's processes, so the server keeps serverPidsMargin threads a
 // fork bomb cannot take (a Go runtime that cannot start a thread dies).
-func (s *Sandbox) command(argv, env []string) ([]string, []string) {
+// A service's leader is always started through it, to become a child
+// subreaper (helpers.go).
+func (s *Sandbox) command(argv, env []string, service bool) ([]string, []string) {
 	var pre []string
+	if service {
+		pre = append(pre, "--subreaper")
+	}
 	for _, rl := range s.rlimits.Outer {
 		if rl.Name == "as" {
 			pre = append(pre, "--rlimit", rl.String())

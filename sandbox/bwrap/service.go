@@ -15,9 +15,11 @@ import (
 // StartService starts req as the sandbox's long-running process: forked by
 // the exec server like a command (its own session, the seccomp filter, the
 // rlimits and, with cgroups, a cgroup of its own with the sandbox's
-// limits), but spared by the sweep that ends each command's leftovers, so
-// it runs until it exits (then its session and cgroup are killed, as a
-// container's processes end with its main process) or the sandbox closes.
+// limits), through the init helper, which makes it a child subreaper, and
+// spared with all its descendants (the daemons it detaches included) by
+// the sweep that ends each command's leftovers, so it runs until it exits
+// (then what it left is killed, as a container's processes end with its
+// main process) or the sandbox closes.
 // It lives in the exec server it started in: a server restarted later
 // (SetPolicy widening the network) ends it.
 func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (_ sandbox.Service, err error) {
@@ -49,7 +51,7 @@ func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (_ 
 			}
 		}()
 	}
-	argv, env := s.command(req.Argv, env)
+	argv, env := s.command(req.Argv, env, true)
 	// No output limit at the server: the host keeps the tail.
 	m := execserver.ExecMsg{Argv: argv, Env: env, Dir: sandbox.InSandboxPath(s.workdir, req.Workdir), Limit: math.MaxInt, Join: cg != nil, Service: true}
 	s.setUser(&m, req)

@@ -33,11 +33,11 @@ func growing(t *testing.T, sb sandbox.Sandbox, file string) bool {
 	return size() > a
 }
 
-// The sweep after each command spares a service's session and nothing
-// else: a command's background process, its setsid child and a
-// double-forked setsid daemon all die when it ends, while the service (and
-// the child it started) live on; a later command cannot have the sweep
-// spare its own processes by being started while a service runs.
+// The sweep after each command spares a service's leader and its
+// descendants and nothing else: a command's background process, its setsid
+// child and a double-forked setsid daemon all die when it ends, while the
+// service (and the child it started) live on; a later command cannot have
+// the sweep spare its own processes by being started while a service runs.
 func TestServiceSparedLeftoversNot(t *testing.T) {
 	sb := create(t, sandbox.Config{})
 	svc, err := sb.StartService(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c",
@@ -75,28 +75,68 @@ func TestServiceSparedLeftoversNot(t *testing.T) {
 	}
 }
 
-// A service's main process exiting ends what it started, as a container's
+// A service's main process exiting ends what it started, its child and
+// the daemon it detached (double fork, setsid) alike, as a container's
 // processes end with its main process.
-func TestServiceSessionEndsWithIt(t *testing.T) {
+func TestServiceEndsWhatItLeft(t *testing.T) {
+	// With cgroups the service's cgroup is killed too; off, the exec
+	// server's sweep alone finds the daemon, reparented to it.
+	for _, cgroup := range []string{"auto", "off"} {
+		t.Run("cgroup="+cgroup, func(t *testing.T) {
+			sb := create(t, sandbox.Config{Limits: sandbox.Limits{Cgroup: cgroup}})
+			loop := func(f string) string { return fmt.Sprintf("for i in $(seq 200); do echo c >> %s; sleep 0.05; done", f) }
+			svc, err := sb.StartService(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c",
+				"(" + loop("orphan") + ") & setsid sh -c '(" + loop("daemon") + ") &' </dev/null >/dev/null 2>&1; sleep 0.3; exit 3"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				if code, exited := svc.Exited(); exited {
+					if code != 3 {
+						t.Errorf("exit code %d, want 3", code)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the service did not exit")
+				}
+			}
+			for _, f := range []string{"orphan", "daemon"} {
+				if growing(t, sb, f) {
+					t.Errorf("the service's %s outlived the service", f)
+				}
+			}
+		})
+	}
+}
+
+// A service's leader is a child subreaper (set by the init helper, kept
+// across its execve of the service, on this kernel), which is what keeps
+// its daemons its descendants; a command's process is none.
+func TestServiceIsChildSubreaper(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		testenv.Missing(t, "/usr/bin/python3", "PR_GET_CHILD_SUBREAPER is read by a python3 script")
+	}
+	const get = "import ctypes, sys; v = ctypes.c_int(-1); ctypes.CDLL(None).prctl(37, ctypes.byref(v), 0, 0, 0); open(sys.argv[1], 'w').write(str(v.value))"
 	sb := create(t, sandbox.Config{})
-	svc, err := sb.StartService(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c",
-		"(for i in $(seq 200); do echo c >> orphan; sleep 0.05; done) & sleep 0.3; exit 3"}})
+	svc, err := sb.StartService(t.Context(), sandbox.ExecRequest{Argv: []string{"python3", "-c", get + "; __import__('time').sleep(600)", "svc-subreaper"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if code, exited := svc.Exited(); exited {
-			if code != 3 {
-				t.Errorf("exit code %d, want 3", code)
+		if b, _ := sb.ReadFile(t.Context(), "svc-subreaper"); len(b) > 0 {
+			if string(b) != "1" {
+				t.Errorf("the service's PR_GET_CHILD_SUBREAPER is %q, want 1", b)
 			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the service did not exit")
+			t.Fatalf("the service never wrote its subreaper flag; output %q", svc.Output())
 		}
 	}
-	if growing(t, sb, "orphan") {
-		t.Errorf("the service's child outlived the service")
+	run(t, sb, "python3 -c \""+get+"\" cmd-subreaper")
+	if b, err := sb.ReadFile(t.Context(), "cmd-subreaper"); err != nil || string(b) != "0" {
+		t.Errorf("a command's PR_GET_CHILD_SUBREAPER is %q (%v), want 0", b, err)
 	}
 }
 
@@ -178,7 +218,7 @@ func TestAsEngineUserExecUser(t *testing.T) {
 	}
 }
 
-// A command cannot reach into a service to run code in its session (which
+// A command cannot reach into a service to have it fork (its descendants
 // the sweep spares): each command has a Landlock domain of its own, so the
 // service's /proc/PID/mem, environ and descriptors are closed to it, while
 // seeing and signalling it still work, as in a container.

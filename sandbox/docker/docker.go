@@ -103,8 +103,10 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // Rung makes docker sandboxes. Its client is made on first use from the
 // environment (DOCKER_HOST etc.) with API version negotiation.
 type Rung struct {
-	// Helper is the engine binary bound into allowlist containers as the
-	// proxy forwarder (default: reexec.Self()).
+	// Helper is the engine binary bound into every container at
+	// /.evalsi/evalsi, read-only: the proxy forwarder with egress, and the
+	// wrapper that makes each service a child subreaper (default:
+	// reexec.Self()).
 	Helper string
 
 	opts []client.Opt
@@ -297,6 +299,12 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 			return nil, fmt.Errorf("creating docker sandbox: %w", err)
 		}
 	}
+	helper, err := r.helper()
+	if err != nil {
+		eg.close()
+		return nil, fmt.Errorf("creating docker sandbox: %w", err)
+	}
+	hcfg.Mounts = append(hcfg.Mounts, mount.Mount{Type: mount.TypeBind, Source: helper, Target: containerHelper, ReadOnly: true})
 	for _, d := range hostSys {
 		hcfg.Mounts = append(hcfg.Mounts, mount.Mount{Type: mount.TypeBind, Source: d, Target: d, ReadOnly: true})
 	}

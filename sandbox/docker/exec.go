@@ -181,35 +181,73 @@ func (s *Sandbox) inspectExited(ctx context.Context, execID string) (container.E
 }
 
 // sweepScript SIGKILLs every process but init (the keeper), itself and
-// the services' (service.go), a few rounds over so that forks in flight
-// are caught. Its arguments are the services as "PID:STARTTIME": a
-// service whose leader is alive (that pid, leading its own session,
-// started at that time) has its session spared. pstat reads a process's
-// session and start time from all of /proc/PID/stat: a command name may
-// hold newlines and ") ", so everything up to the last ") " is dropped.
-// Processes that are gone make kill fail: that is expected. The keeper's
-// sleep may die with the rest; the keeper starts another.
-const sweepScript = `pstat() { l=; while IFS= read -r x; do l="$l $x"; done 2>/dev/null < "$1"; set -- ${l##*) }; sid=$4 start=${20}; }
-keep=" "
+// the services' leaders and their descendants (service.go), a few rounds
+// over so that forks in flight are caught. Its arguments are the services
+// as "PID:STARTTIME": a leader is spared while that pid is alive and
+// started at that time. pstat reads a process's state, parent and start
+// time from all of /proc/PID/stat: a command name may hold newlines and
+// ") ", so everything up to the last ") " is dropped.
+//
+// Each round reads every process's parent once (snap), then keeps the
+// leaders' descendants: a process whose parent is kept and no younger
+// than it (a younger one has taken a dead parent's pid). The snapshot is
+// read one process at a time, so a link may be stale: a parent that exited
+// after its child was read, the child since reparented to the leader. So
+// each process about to be killed is read again and kept if its parent is
+// now a kept one (in pid order, parents mostly first). Processes that are
+// gone make kill fail: that is expected. The keeper's sleep may die with
+// the rest; the keeper starts another.
+const sweepScript = `pstat() { l=; while IFS= read -r x; do l="$l $x"; done 2>/dev/null < "/proc/$1/stat"; set -- ${l##*) }; st=$1 ppid=$2 start=${20}; }
+num() { case "$1" in ""|*[!0-9]*) return 1 ;; esac; }
+kept() { case "$keep" in *" $1 "*) return 0 ;; esac; return 1; }
+# child PPID START: PPID is kept and no younger than START.
+child() { kept "$1" && eval "ps=\$s_$1" && [ "$ps" -le "$2" ]; }
+leaders=" "
 for a; do
-  p=${a%%:*}; pstat "/proc/$p/stat"
-  [ -n "$sid" ] && [ "$sid" = "$p" ] && [ "$start" = "${a#*:}" ] && keep="$keep$p "
+  p=${a%%:*}; num "$p" || continue
+  pstat "$p"
+  [ "$st" != Z ] && num "$start" && [ "$start" = "${a#*:}" ] && leaders="$leaders$p " && eval "s_$p=$start"
 done
+nl='
+'
 for r in 1 2 3; do
+  snap=
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
     case "$p" in 1|"$$") continue ;; esac
-    if [ "$keep" != " " ]; then
-      pstat "$d/stat"
-      case "$keep" in *" $sid "*) continue ;; esac
+    pstat "$p"
+    num "$p" && num "$ppid" && num "$start" && snap="$snap$p $ppid $start$nl"
+  done
+  keep=$leaders
+  more=1
+  while [ $more = 1 ]; do
+    more=0
+    IFS=$nl
+    for e in $snap; do
+      IFS=' '; set -- $e
+      kept "$1" && continue
+      child "$2" "$3" || continue
+      keep="$keep$1 "; eval "s_$1=$3"; more=1
+    done
+    IFS=' '
+  done
+  IFS=$nl
+  for e in $snap; do
+    IFS=' '; set -- $e
+    kept "$1" && continue
+    p=$1
+    pstat "$p"
+    if num "$ppid" && num "$start" && child "$ppid" "$start"; then
+      keep="$keep$p "; eval "s_$p=$start"; continue
     fi
     kill -9 "$p" 2>/dev/null
   done
+  IFS=' '
 done
 exit 0`
 
 func (s *Sandbox) sweep(ctx context.Context) error {
-	argv := append([]string{"/bin/sh", "-c", sweepScript, "sweep"}, s.serviceSessions()...)
+	argv := append([]string{"/bin/sh", "-c", sweepScript, "sweep"}, s.serviceLeaders()...)
 	var lastErr error
 	// Under a fork bomb the pids limit can refuse the sweep's own exec for
 	// a while; the bomb's shells give up on failed forks, so retry.

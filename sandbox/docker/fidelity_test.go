@@ -85,23 +85,26 @@ func TestExecUserDocker(t *testing.T) {
 	}
 }
 
-// The service's session is spared by the sweep after a command; what the
-// command left is not, whether in a session of its own (setsid) or in one
-// whose /proc/PID/stat a newline in its name makes look like the
-// service's. Once the service's leader is not the process it was (its pid
-// taken by another), its session is spared no more.
-func TestServiceSessionSweep(t *testing.T) {
+// The service's leader and its descendants are spared by the sweep after
+// a command; what the command left is not, whether in a session of its own
+// (setsid) or with a /proc/PID/stat that a newline in its name makes look
+// like a child of the leader's. The leader is a child subreaper (kept
+// across the helper's execve on this kernel); a command is none. Once the
+// service's leader is not the process it was (its pid taken by another),
+// its descendants are spared no more.
+func TestServiceTreeSweep(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		testenv.Missing(t, "/usr/bin/python3", "the forged process name is set by a python3 script")
 	}
 	ctx := context.Background()
 	sb := newSandbox(t, sandbox.Config{})
-	svc, err := sb.StartService(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "sleep 1001 & echo up; wait"}})
+	const subreaper = "import ctypes; v = ctypes.c_int(-1); ctypes.CDLL(None).prctl(37, ctypes.byref(v), 0, 0, 0); print(v.value, flush=True)"
+	svc, err := sb.StartService(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", subreaper + "; import os; os.execvp('sh', ['sh', '-c', 'sleep 1001 & echo up; wait'])"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sid := sb.services[0].pid
-	forge := fmt.Sprintf(`import ctypes, time; ctypes.CDLL(None).prctl(15, b"x) S 1 1 %d\n", 0, 0, 0); time.sleep(2003)`, sid)
+	leader := sb.services[0].pid
+	forge := fmt.Sprintf(`import ctypes, time; ctypes.CDLL(None).prctl(15, b"x) S %d\n", 0, 0, 0); time.sleep(2003)`, leader)
 	run(t, sb, sandbox.ExecRequest{Argv: []string{"sh", "-c", `sleep 2001 & setsid sleep 2002 & python3 -c "$0" & sleep 0.5`, forge}})
 
 	procs := func() string {
@@ -120,12 +123,18 @@ func TestServiceSessionSweep(t *testing.T) {
 	if _, exited := svc.Exited(); exited {
 		t.Fatalf("the service exited: output %q", svc.Output())
 	}
+	if out := string(svc.Output()); !strings.HasPrefix(out, "1\n") {
+		t.Errorf("the service's PR_GET_CHILD_SUBREAPER: output %q, want it to start with 1", out)
+	}
+	if got := strings.TrimSpace(string(run(t, sb, sandbox.ExecRequest{Argv: []string{"python3", "-c", subreaper}}).Stdout)); got != "0" {
+		t.Errorf("a command's PR_GET_CHILD_SUBREAPER: %q, want 0", got)
+	}
 
 	// As if the leader had died and its pid gone to a command's process.
 	sb.services[0].start = "1"
 	run(t, sb, sandbox.ExecRequest{Argv: []string{"true"}})
 	if left := procs(); strings.Contains(left, "sleep 1001") {
-		t.Errorf("a session whose leader is not the service's was spared: %q", left)
+		t.Errorf("the descendants of a process that is not the service's leader were spared: %q", left)
 	}
 }
 

@@ -28,8 +28,7 @@ const (
 // egress is what an allowlist container needs from the host: the engine
 // binary to run as the forwarder and a unix socket relaying to the proxy.
 type egress struct {
-	helper string
-	sock   string
+	sock string
 	// ln is the host-side relay; dir holds its socket (removed at Close).
 	ln  net.Listener
 	dir string
@@ -52,12 +51,9 @@ func (e *egress) close() error {
 // that any uid may connect to, and checks that the engine binary can run
 // inside the container.
 func (r *Rung) setupEgress(cfg sandbox.Config, hostSys bool) (*egress, error) {
-	helper := r.Helper
-	if helper == "" {
-		var err error
-		if helper, err = reexec.Self(); err != nil {
-			return nil, err
-		}
+	helper, err := r.helper()
+	if err != nil {
+		return nil, err
 	}
 	if interp := elfInterpreter(helper); interp != "" && !hostSys {
 		// A dynamically linked build needs the image's loader and libc; a
@@ -72,7 +68,7 @@ func (r *Rung) setupEgress(cfg sandbox.Config, hostSys bool) (*egress, error) {
 	// Always a relay of our own, even for a unix-socket proxy: the
 	// forwarder runs as the container's remapped root, which the proxy's
 	// socket may not admit.
-	e := &egress{helper: helper}
+	e := &egress{}
 	parent := cfg.StateDir
 	if len(parent) > 60 {
 		parent = "" // unix socket paths are limited to 108 bytes
@@ -103,12 +99,11 @@ func usesProxy(p sandbox.Policy) bool {
 	return p.Network == sandbox.NetworkAllowlist || (p.Network == sandbox.NetworkAllow && p.ProxyAddr != "")
 }
 
-// apply binds the helper and the socket into the container, runs the
+// apply binds the socket into the container (Create binds the helper), runs the
 // forwarder as the container's init (the keeper, see keeper.go) and points
 // HTTP(S)_PROXY at it.
 func (e *egress) apply(ccfg *container.Config, hcfg *container.HostConfig, env map[string]string, allowHosts []string) {
 	hcfg.Mounts = append(hcfg.Mounts,
-		mount.Mount{Type: mount.TypeBind, Source: e.helper, Target: containerHelper, ReadOnly: true},
 		mount.Mount{Type: mount.TypeBind, Source: e.sock, Target: containerProxySock},
 	)
 	// The helper is chosen by a variable set for the forwarder alone (the
@@ -166,4 +161,14 @@ func elfInterpreter(path string) string {
 		}
 	}
 	return ""
+}
+
+// helper is the engine binary bound into every container as
+// containerHelper: the proxy forwarder with egress, and the wrapper that
+// makes a service's leader a child subreaper (service.go).
+func (r *Rung) helper() (string, error) {
+	if r.Helper != "" {
+		return r.Helper, nil
+	}
+	return reexec.Self()
 }

@@ -5,36 +5,64 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"evals.si/sandbox"
+	"evals.si/sandbox/reexec"
 )
 
 // A service is an exec like a command's that nothing waits for and that
-// the sweep after each command spares (exec.go's sweepScript).
+// the sweep after each command spares (exec.go's sweepScript), with all
+// its descendants.
 //
-// Docker makes every exec's process the leader of a session of its own,
-// so the service is known by its session: its leader's pid, which the
-// wrapper below prints before it execs the service, and that process's
-// start time, which tells the leader from a later process given the same
-// pid once the leader has died. A command cannot hide among the service's
-// processes: a process's session is inherited from its parent or made
-// anew by setsid(2), and no call joins an existing one; the only new
-// session a command can make has its own pid as id, which is never the
-// live leader's. The leader's own exit ends the service, as a container's
-// main process ends the container: what it left is killed by the next
-// sweep. A service child that makes a session of its own (a daemon's
-// double fork) is no longer told apart from a command's and is killed too.
-// A command running as the service's user can still ptrace it (Docker's
-// profile allows ptrace within the container) and have it fork: that is
-// the service acting, which no rung can tell from its own behaviour.
+// Its leader, the exec's process, is a child subreaper: the engine binary
+// bound in (containerHelper) sets PR_SET_CHILD_SUBREAPER, which execve
+// keeps, and execs the wrapper below, which execs the service. So what the
+// service starts stays its descendant however it detaches: a daemon's
+// double fork and setsid reparent the daemon to the leader, not to the
+// keeper, as under Docker the daemon lives on with the container. A
+// command cannot get among them: a process's parent is fixed at fork, an
+// orphan goes to its nearest subreaper ancestor, and no command is a
+// service's descendant (an exec's parent is outside the container). The
+// leader is known by its pid, which the wrapper prints before it execs the
+// service, and its start time, which tells the leader from a later
+// process given the same pid once the leader has died. The leader's own
+// exit ends the service, as a container's main process ends the
+// container: what it left is reparented to the keeper and killed by the
+// next sweep. A command running as the service's user can still ptrace it
+// (Docker's profile allows ptrace within the container) and have it fork:
+// that is the service acting, which no rung can tell from its own
+// behaviour.
+
+// helperSubreaper is the engine binary's helper that makes itself a child
+// subreaper and execs its arguments (an absolute path first).
+const helperSubreaper = "evalsi-docker-subreaper"
+
+func init() { reexec.RegisterEarly(helperSubreaper, subreaperMain) }
+
+func subreaperMain(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "evalsi docker subreaper: usage: PATH ARGS...")
+		return 125
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "evalsi docker subreaper: making the service a child subreaper:", err)
+		return 125
+	}
+	err := unix.Exec(args[0], args, os.Environ())
+	fmt.Fprintf(os.Stderr, "evalsi docker subreaper: executing %s: %v\n", args[0], err)
+	return 126
+}
 
 // serviceWrapper prints "PID STARTTIME" (from /proc/self/stat; STARTTIME
 // is field 22, the 20th after the command name) and execs the service
@@ -66,9 +94,11 @@ func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sa
 	s.execs.Lock()
 	defer s.execs.Unlock()
 
+	// The helper's variable reaches it alone: it unsets it before it
+	// execs the wrapper.
 	created, err := s.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
-		Cmd: append([]string{"/bin/sh", "-c", serviceWrapper}, req.Argv...),
-		Env: envList(req.Env), WorkingDir: wd, User: user,
+		Cmd: append([]string{containerHelper, "/bin/sh", "-c", serviceWrapper}, req.Argv...),
+		Env: append(envList(req.Env), reexec.Env+"="+helperSubreaper), WorkingDir: wd, User: user,
 		AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
@@ -101,7 +131,9 @@ func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sa
 	pid, start, ok := parseServiceLine(line)
 	if !ok {
 		// The exec did not start (Docker's reason is on its stdout, the
-		// first line), or the wrapper failed: an error, with what was said.
+		// first line), or the helper or the wrapper failed (a helper that
+		// cannot run in the image: a dynamically linked build): an error,
+		// with what was said.
 		hj.Close()
 		code := -1
 		if in, err := s.cli.ContainerExecInspect(context.WithoutCancel(ctx), created.ID); err == nil {
@@ -137,9 +169,9 @@ func parseServiceLine(line string) (pid int, start string, ok bool) {
 	return pid, st, true
 }
 
-// serviceSessions are the sweep's arguments: "PID:STARTTIME" of each
+// serviceLeaders are the sweep's arguments: "PID:STARTTIME" of each
 // service not known to have ended.
-func (s *Sandbox) serviceSessions() []string {
+func (s *Sandbox) serviceLeaders() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string

@@ -212,6 +212,90 @@ func fidelity(t *testing.T, newRung func(t *testing.T) sandbox.Rung, o Options) 
 		if b := big.Output(); len(b) > sandbox.DefaultOutputLimit || !bytes.HasSuffix(b, []byte("END-MARK\n")) {
 			t.Errorf("chatty service output: %d bytes ending %q; want at most %d ending END-MARK", len(b), b[max(0, len(b)-20):], sandbox.DefaultOutputLimit)
 		}
+
+		// A service that daemonizes a child the usual way (double fork
+		// and setsid, as `service nginx start` or `redis-server
+		// --daemonize yes` in an entrypoint do) keeps it while it runs, as
+		// a container does, through later commands, and loses it with the
+		// sandbox. A command doing the same still loses its daemon when it
+		// ends. The daemon appends to FILE every 50 ms, TICKS times (so a
+		// failing rung cannot leave it running for ever); its argv carries
+		// TOKEN, for finding it among the host's processes.
+		const daemonize = `import os, sys, time
+path, mode, ticks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    if os.fork() == 0:
+        fd = os.open(os.devnull, os.O_RDWR)
+        for i in range(3):
+            os.dup2(fd, i)
+        for _ in range(ticks):
+            with open(path, "a") as f:
+                f.write("t")
+            time.sleep(0.05)
+    os._exit(0)
+os.waitpid(pid, 0)
+if mode == "service":
+    time.sleep(600)
+`
+		token := fmt.Sprintf("evalsi-daemon-%d-%d", os.Getpid(), time.Now().UnixNano())
+		grows := func(file string) bool {
+			a, _ := sb.ReadFile(ctx, file)
+			time.Sleep(600 * time.Millisecond)
+			b, _ := sb.ReadFile(ctx, file)
+			return len(b) > len(a)
+		}
+		dsvc, err := sb.StartService(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", daemonize, "svc-daemon", "service", "1200", token}})
+		if err != nil {
+			t.Fatalf("StartService of a daemonizing service: %v", err)
+		}
+		waitFile(t, sb, dsvc, "svc-daemon")
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", daemonize, "cmd-daemon", "command", "200", token}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("a command that daemonizes a child: exit %d, %v, stderr %s", res.ExitCode, err, short(res.Stderr))
+		}
+		if grows("cmd-daemon") {
+			t.Errorf("a command's double-forked setsid daemon outlived the command (a service was running)")
+		}
+		mustSh(t, sb, "(sleep 30) & echo second command")
+		if !grows("svc-daemon") {
+			t.Errorf("the service's double-forked setsid daemon stopped after two later commands; service output %q", dsvc.Output())
+		}
+		if code, exited := dsvc.Exited(); exited {
+			t.Fatalf("the daemonizing service exited (code %d): %q", code, dsvc.Output())
+		}
+		// Where the host sees the sandbox's processes, none with the
+		// token is left once it is closed.
+		onHost := func() []string {
+			var found []string
+			dirs, _ := os.ReadDir("/proc")
+			for _, d := range dirs {
+				if b, err := os.ReadFile("/proc/" + d.Name() + "/cmdline"); err == nil && bytes.Contains(b, []byte(token)) {
+					found = append(found, d.Name())
+				}
+			}
+			return found
+		}
+		seen := len(onHost()) > 0
+		if err := sb.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitExit(t, dsvc)
+		if !seen {
+			t.Logf("the sandbox's processes are not visible in this host's /proc: not checking that the daemon ended with it")
+			return
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			left := onHost()
+			if len(left) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the service's daemon outlived the closed sandbox: host pids %v", left)
+				break
+			}
+		}
 	})
 
 	t.Run("ServiceEndsWithSandbox", func(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 // /proc/PID/environ of, or pidfd_getfd from, only processes in its own
 // domain or one nested in it. Commands and services all run as the same
 // root, so without it a command could write code into a service's memory
-// and have it fork processes in the service's session, which the sweep
+// and have it fork processes, which as the service's descendants the sweep
 // after each command spares. The domain restricts nothing else: it handles
 // only the making of block devices and reparenting, allowed beneath /, which is
 // everything. Refer must be handled and allowed: it is the one right every

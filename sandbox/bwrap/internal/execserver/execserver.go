@@ -19,7 +19,7 @@
 //     after), or with the whole server moved in for the fork (v2);
 //   - whatever it leaves running is killed when it ends (its cgroup, its
 //     session, and, when no other command runs, every process but PID 1
-//     and the services' sessions);
+//     and the running services' leaders and their descendants, sweep.go);
 //   - it runs in a Landlock domain of its own (domain.go), so it cannot
 //     reach into the memory or descriptors of any process outside it, a
 //     service's above all;
@@ -100,9 +100,11 @@ type ExecMsg struct {
 	// /etc/passwd and /etc/group (lookupUser); HOME is passwd's unless Env
 	// has one.
 	Spec string
-	// Service: a long-running process (Sandbox.StartService), spared by
-	// the sweep after each command (killLeftovers); its stderr goes to
-	// its stdout pipe, so its output arrives interleaved as FrameStdout.
+	// Service: a long-running process (Sandbox.StartService), spared with
+	// its descendants by the sweep after each command (killLeftovers); the
+	// host starts it through the init helper's --subreaper. Its stderr
+	// goes to its stdout pipe, so its output arrives interleaved as
+	// FrameStdout.
 	Service bool
 }
 
@@ -176,8 +178,9 @@ type server struct {
 	calls    map[uint32]*serverCall
 	waiters  map[int]chan syscall.WaitStatus
 	inflight int
-	// services are the session ids of running services (their first
-	// processes' pids), which the sweep after a command spares.
+	// services are the pids of the services' leaders (their first
+	// processes) not yet reaped, which the sweep after a command spares
+	// with their descendants (sweep.go).
 	services map[int]bool
 }
 
@@ -468,6 +471,9 @@ func (sv *server) reap() {
 			delete(sv.waiters, pid)
 			w <- ws
 		}
+		// Reaped, its pid is free for another process: no longer a
+		// leader to spare.
+		delete(sv.services, pid)
 	}
 }
 
@@ -499,7 +505,7 @@ func (sv *server) start(c *serverCall, bin string, argv []string, attr *os.ProcA
 	w := make(chan syscall.WaitStatus, 1)
 	sv.waiters[p.Pid] = w
 	if service {
-		sv.services[p.Pid] = true // its session id: it was forked with Setsid
+		sv.services[p.Pid] = true
 	} else {
 		sv.inflight++
 	}
@@ -700,8 +706,8 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 	sv.killLeftovers(st.p.Pid, true)
 
 	// Output ends when the last holder of the pipes is gone; something
-	// that escaped the kill (it can only be in another running command's
-	// session) must not hold the call open.
+	// that escaped the kill (left while another command runs, or a pipe
+	// passed to a service) must not hold the call open.
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
 	select {
@@ -719,8 +725,11 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 	sv.sendMsg(FrameDone, id, done)
 }
 
-// serve relays a service's output until its first process exits, then ends
-// its session, as a container's processes end with its main process.
+// serve relays a service's output until its leader exits, then ends what
+// it left, as a container's processes end with its main process: its
+// session at once, and the rest (its detached daemons, reparented to the
+// server when the leader died) with the sweep, at once when no command
+// runs, else when the last running command ends.
 func (sv *server) serve(id uint32, st started, out *os.File) {
 	drained := make(chan struct{})
 	go func() {
@@ -741,18 +750,15 @@ func (sv *server) serve(id uint32, st started, out *os.File) {
 	if ws.Signaled() {
 		code = 128 + int(ws.Signal())
 	}
-	// No longer spared, then ended: once its processes are gone its
-	// session id is a free pid, which a command's setsid could take.
+	// reap has dropped it from the services.
 	sid := st.p.Pid
-	sv.mu.Lock()
-	delete(sv.services, sid)
-	sv.mu.Unlock()
 	for range 50 {
 		if killSession(sid) == 0 {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	sv.sweep()
 	select {
 	case <-drained:
 	case <-time.After(2 * time.Second):
@@ -792,15 +798,7 @@ func (sv *server) kill(id uint32) {
 
 // killLeftovers kills the processes of the session sid (a command's);
 // ended says the command's first process has exited, and then, once no
-// other command runs, every process but PID 1 and the services' is
-// killed, which catches those that left the session.
-//
-// Sparing the services' sessions is sound: a process can leave its
-// session only for a new one of its own (setsid makes its pid the session
-// id), never join another, and a session id stays allocated while any
-// process is in that session, so no command's process is ever in a
-// service's session. What a service itself starts stays there unless it
-// calls setsid, which puts it among the leftovers, as a command's is.
+// other command runs, the sweep kills the rest of what it left.
 func (sv *server) killLeftovers(sid int, ended bool) {
 	for range 50 {
 		if killSession(sid) == 0 {
@@ -813,22 +811,34 @@ func (sv *server) killLeftovers(sid int, ended bool) {
 	}
 	sv.mu.Lock()
 	sv.inflight--
-	sweep := sv.inflight == 0 && os.Getpid() == 1
-	if sweep && len(sv.services) == 0 {
-		// From PID 1, kill(-1) reaches every process of the namespace
-		// but itself (and from anywhere else, far more: never).
-		syscall.Kill(-1, syscall.SIGKILL)
-		sweep = false
-	}
 	sv.mu.Unlock()
-	for i := 0; sweep && i < 50; i++ {
-		// Under mu, so no command starts mid-scan and none that started
-		// since is swept (inflight says); repeated for what forked
-		// between reading a process's session and killing it.
+	sv.sweep()
+}
+
+// sweep kills, unless a command runs, every process but PID 1 and the
+// running services' leaders and their descendants (sweep.go), which
+// catches what left a command's session (setsid, a double fork) and what
+// an ended service left.
+func (sv *server) sweep() {
+	if os.Getpid() != 1 {
+		// From anywhere else, far more than the sandbox's processes.
+		return
+	}
+	for range 50 {
+		// Under mu, so no command or service starts mid-scan, none that
+		// started since is swept (inflight says) and no leader is reaped
+		// meanwhile; repeated for what forked between reading a process
+		// and killing it.
 		sv.mu.Lock()
 		n := 0
-		if sv.inflight == 0 {
-			n = killSessions(func(s int) bool { return !sv.services[s] })
+		switch {
+		case sv.inflight > 0:
+		case len(sv.services) == 0:
+			// From PID 1, kill(-1) reaches every process of the
+			// namespace but itself.
+			syscall.Kill(-1, syscall.SIGKILL)
+		default:
+			n = killOutside(sv.services)
 		}
 		sv.mu.Unlock()
 		if n == 0 {
@@ -841,41 +851,6 @@ func (sv *server) killLeftovers(sid int, ended bool) {
 // killSession SIGKILLs every process whose session is sid and returns how
 // many it found.
 func killSession(sid int) int { return killSessions(func(s int) bool { return s == sid }) }
-
-// killSessions SIGKILLs every process but PID 1 (and zombies) whose
-// session kill selects and returns how many it found.
-func killSessions(kill func(sid int) bool) int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
-	n := 0
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == 1 {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp session …; comm may hold spaces
-		// and parentheses, so fields count from the last ')'.
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 4 {
-			continue
-		}
-		if s, err := strconv.Atoi(f[3]); err == nil && kill(s) && f[0] != "Z" {
-			syscall.Kill(pid, syscall.SIGKILL)
-			n++
-		}
-	}
-	return n
-}
 
 // lookPath finds name as execvp would in dir with env's PATH (glibc's
 // default when PATH is unset).
