@@ -54,6 +54,13 @@ try: print('GOT', u.urlopen('http://%s/', timeout=20).read().decode())
 except Exception as e: print('FAILED', e)"`, addr)
 }
 
+// policyFetchViaProxy is policyFetch sent to the proxy even for a loopback
+// address, which NO_PROXY otherwise keeps direct (the sandbox's own
+// loopback): it shows what the proxy does with the engine's.
+func policyFetchViaProxy(addr string) string {
+	return "NO_PROXY= no_proxy= " + policyFetch(addr)
+}
+
 // escalate prefixes a call that is request_escalation for the network
 // rather than a bash command.
 const escalate = "@escalate "
@@ -352,15 +359,16 @@ func TestRecordCannotLoosenTheSpecsPolicy(t *testing.T) {
 
 // network: allow goes through an allow-all egress proxy of the trial's
 // own: a host elsewhere is reached (and logged), the engine's loopback is
-// not (a policy event). An escalation from deny to allow does the same
-// for the rest of its trial.
+// not: directly, 127.0.0.1 is the sandbox's own (NO_PROXY keeps it
+// direct), and through the proxy it is refused (a policy event). An
+// escalation from deny to allow does the same for the rest of its trial.
 func TestNetworkAllowGoesThroughTheProxy(t *testing.T) {
 	ref := benchimage.Ref(t, "..")
 	h := nethost.New(t)
 	local := newPolicyListener(t, "LOOPBACK-BODY")
 	_, trials := runPolicySpec(t, policySpecEnv(ref, map[string]any{"network": "allow"}), []policyRecord{
-		{"allow", nil, []string{policyFetch(h.Addr), policyFetch(local.addr)}},
-		{"escalated", map[string]any{"sandbox": map[string]any{"network": "deny"}}, []string{policyFetch(h.Addr), escalate + "need the test host", policyFetch(h.Addr), policyFetch(local.addr)}},
+		{"allow", nil, []string{policyFetch(h.Addr), policyFetch(local.addr), policyFetchViaProxy(local.addr)}},
+		{"escalated", map[string]any{"sandbox": map[string]any{"network": "deny"}}, []string{policyFetch(h.Addr), escalate + "need the test host", policyFetch(h.Addr), policyFetch(local.addr), policyFetchViaProxy(local.addr)}},
 	})
 	for _, id := range []string{"allow", "escalated"} {
 		v := trials[id]
