@@ -7,14 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"evals.si/image"
 	"evals.si/internal/testenv"
 	"evals.si/internal/testenv/benchimage"
 	"evals.si/sandbox"
@@ -85,19 +83,7 @@ true`)
 }
 
 // debianRoot unpacks the local Debian image (scripts/build-local-image.sh).
-func debianRoot(t *testing.T) string {
-	t.Helper()
-	ref := benchimage.Ref(t, "../..")
-	store, err := image.Open(t.TempDir(), slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := store.Resolve(t.Context(), ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img.Root
-}
+func debianRoot(t *testing.T) string { return benchimage.Root(t, "../..") }
 
 // A Dockerfile's usual setup works in an image root, as in docker build:
 // image files are owned by root inside (idmapped), apt-get's drop to _apt

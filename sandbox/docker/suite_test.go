@@ -1,11 +1,9 @@
 package docker
 
 import (
-	"log/slog"
 	"os"
 	"testing"
 
-	"evals.si/image"
 	"evals.si/internal/testenv/benchimage"
 	"evals.si/sandbox"
 	"evals.si/sandbox/reexec"
@@ -36,16 +34,4 @@ func TestConformance(t *testing.T) { sandboxtest.Conformance(t, newRung, suiteOp
 func TestEscapes(t *testing.T) { sandboxtest.Escapes(t, newRung, suiteOptions()) }
 
 // debianRoot unpacks the local Debian image (scripts/build-local-image.sh).
-func debianRoot(t *testing.T) string {
-	t.Helper()
-	ref := benchimage.Ref(t, "../..")
-	store, err := image.Open(t.TempDir(), slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := store.Resolve(t.Context(), ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img.Root
-}
+func debianRoot(t *testing.T) string { return benchimage.Root(t, "../..") }

@@ -1,10 +1,8 @@
 package landlock
 
 import (
-	"log/slog"
 	"testing"
 
-	"evals.si/image"
 	"evals.si/internal/testenv/benchimage"
 	"evals.si/sandbox"
 	"evals.si/sandbox/limits"
@@ -45,16 +43,4 @@ func TestConformanceWithoutCgroup(t *testing.T) {
 func TestEscapes(t *testing.T) { sandboxtest.Escapes(t, newRung, suiteOptions()) }
 
 // debianRoot unpacks the local Debian image (scripts/build-local-image.sh).
-func debianRoot(t *testing.T) string {
-	t.Helper()
-	ref := benchimage.Ref(t, "../..")
-	store, err := image.Open(t.TempDir(), slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := store.Resolve(t.Context(), ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img.Root
-}
+func debianRoot(t *testing.T) string { return benchimage.Root(t, "../..") }

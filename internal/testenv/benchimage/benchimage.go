@@ -4,12 +4,14 @@
 package benchimage
 
 import (
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"evals.si/image"
 	"evals.si/internal/testenv"
 )
 
@@ -39,4 +41,21 @@ func Ref(t testing.TB, repoRoot string) string {
 		t.Fatalf("build-local-image.sh printed %q, want an oci-layout: reference", ref)
 	}
 	return ref
+}
+
+// Root builds (or finds cached) the image and unpacks it into a store of
+// the test's own, returning the unpacked root: for rung tests that take a
+// root directory rather than a reference.
+func Root(t testing.TB, repoRoot string) string {
+	t.Helper()
+	ref := Ref(t, repoRoot)
+	store, err := image.Open(t.TempDir(), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := store.Resolve(t.Context(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img.Root
 }
