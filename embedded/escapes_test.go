@@ -290,6 +290,26 @@ except Exception as e: print('REFUSED', e)"`)},
 				}
 				return v.scores["task-success"] == 1, fmt.Sprintf("task-success %v", v.scores["task-success"])
 			}},
+		{id: "agent-user", attack: "an agent run as a user of the image (environment.user 65534): become root (su, sudo, setuid), or change root's files (calc.py) with bash and with write_file",
+			env: map[string]any{"user": "65534"},
+			calls: []toolCall{
+				bash(`id; su -c id root </dev/null; sudo -n id; python3 -c "import os; os.setuid(0)"; echo hacked >> calc.py; echo tried`),
+				writeFile("calc.py", "hacked by write_file\n"),
+				bash("cat calc.py"),
+			},
+			check: func(v *trialView) (bool, string) {
+				out := v.output()
+				if !strings.Contains(out, "uid=65534") {
+					return false, fmt.Sprintf("the agent did not run as 65534: %.300s", out)
+				}
+				if strings.Contains(out, "uid=0") {
+					return false, fmt.Sprintf("the agent became root: %.300s", out)
+				}
+				if strings.Contains(v.diff, "hacked") || strings.Contains(out, "hacked by") {
+					return false, fmt.Sprintf("root's calc.py changed: diff %.200s output %.200s", v.diff, out)
+				}
+				return true, "ran as 65534; su, sudo, setuid(0) and both writes refused"
+			}},
 		{id: "outside-diff", attack: "a fresh checker grades only the agent's diff: done.txt links to a file in /tmp, outside the diff, that says ok (in its own sandbox the checker would pass)",
 			env: map[string]any{"checker": map[string]any{
 				"files":   map[string]string{"test_hidden.py": checkerFile},
@@ -420,6 +440,7 @@ func escapeRungs() []escapeRung {
 			}},
 		{name: sandbox.RungHost, sandbox: map[string]any{"allow_unsafe_host": true}, need: func(t *testing.T) {},
 			notRun: map[string]string{
+				"agent-user":      "the host rung runs commands only as the engine's user (another user is an infrastructure error)",
 				"sysctl-write":    "the host rung runs commands as the engine's user: it would write the host's sysctls",
 				"syscall-visible": "the host rung has no seccomp filter: it would mount on the host",
 				"disk":            "the host rung has no writable layer of its own: it would fill the host's /tmp",
