@@ -37,11 +37,14 @@
 // Known differences from docker build, by design, reported in
 // Translation.Notes when a Dockerfile meets them: every file is in place
 // before the first RUN step (Docker places a COPY's files when it reaches
-// the COPY); the base image's own config is not read, so ${PATH} expands to
-// Docker's default PATH, other variables it would set expand empty, RUN
-// steps before the first WORKDIR run in / and before the first USER as
-// root, and its ENTRYPOINT and CMD are unknown (Translation.BaseUnread
-// lists what the Dockerfile leaves to it).
+// the COPY); the base image's own config is not read while translating, so
+// ${PATH} expands to Docker's default PATH, other variables it would set
+// expand empty, RUN steps before the first WORKDIR run in /, and its
+// ENTRYPOINT and CMD are unknown (Translation.BaseUnread lists what the
+// Dockerfile leaves to it). Its ENV, WORKDIR and USER are applied when the
+// environment is prepared: every command gets the ENV, the agent works in
+// the WORKDIR the Dockerfile does not replace, and steps before the first
+// USER run as the image's USER, as docker build runs them.
 package dockerfile
 
 import (
@@ -114,7 +117,8 @@ type Translation struct {
 	// Dockerfile (see the package comment).
 	Notes []string
 	// BaseUnread lists the image config the Dockerfile leaves to its base
-	// image, which is not read: WORKDIR, USER, ENTRYPOINT, CMD.
+	// image that translating cannot apply: WORKDIR (for RUN steps before
+	// the first WORKDIR), ENTRYPOINT, CMD.
 	BaseUnread []string
 }
 
@@ -221,8 +225,7 @@ type translator struct {
 	placedDirs      map[string]int // directories placing files creates, by the first COPY/ADD's seq
 	line            int            // the instruction's line, for notes
 	user            string         // USER so far
-	userLine        int            // line of the first USER (0: none yet)
-	runBefore       struct{ workdir, user bool }
+	runBefore       struct{ workdir bool }
 	firstRun        int      // line of the first RUN (0: none yet)
 	lateCopies      []string // COPY/ADD after the first RUN
 	entrypoint, cmd []string
@@ -301,9 +304,6 @@ func (t *translator) command(cmd instructions.Command, meta, buildArgs map[strin
 			return errors.New("USER with no user")
 		}
 		t.user = c.User
-		if t.userLine == 0 {
-			t.userLine = t.line
-		}
 	case *instructions.RunCommand:
 		return t.run(c)
 	case *instructions.EntrypointCommand:
@@ -410,7 +410,6 @@ func (t *translator) run(c *instructions.RunCommand) error {
 	if t.firstRun == 0 {
 		t.firstRun = t.line
 		t.runBefore.workdir = t.workdir == ""
-		t.runBefore.user = t.userLine == 0
 	}
 	s := step{cmd: "exec " + strings.Join(q, " "), workdir: t.cwd(), env: t.env.list(), user: stepUser(t.user), run: true}
 	for _, k := range sortedKeys(t.args) {
@@ -723,9 +722,6 @@ func (t *translator) notes() {
 	}
 	if t.workdir == "" || t.runBefore.workdir {
 		out.BaseUnread = append(out.BaseUnread, "WORKDIR")
-	}
-	if t.userLine == 0 || t.runBefore.user {
-		out.BaseUnread = append(out.BaseUnread, "USER")
 	}
 	if !t.epSet {
 		out.BaseUnread = append(out.BaseUnread, "ENTRYPOINT")

@@ -72,6 +72,11 @@ func (a *App) Resume(ctx context.Context, runID string, o RunOptions) (*engine.S
 	if _, err := a.store.ResumeRun(ctx, run.ID); err != nil {
 		return nil, err
 	}
+	if s.IsAgentRun() {
+		if err := a.envs.Sweep(); err != nil {
+			return nil, err
+		}
+	}
 	a.logger.Info("resuming run", "run", run.ID, "finished", len(done), "total", len(plan.Records)*max(s.Trials, 1))
 	plan.Resume = &engine.Resume{RunID: run.ID, Done: done}
 	return a.execute(ctx, plan, o)

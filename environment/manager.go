@@ -114,6 +114,18 @@ func (m *Manager) claim() error {
 	return m.claimErr
 }
 
+// Sweep claims this process's state directory now and removes what
+// stopped engines left, as the first sandbox would. A resumed run calls it
+// before scheduling: one whose trials had all finished when its engine was
+// killed makes no sandbox, and would otherwise leave the killed engine's
+// state (and its Docker snapshots) behind.
+func (m *Manager) Sweep() error {
+	if err := m.claim(); err != nil {
+		return fmt.Errorf("claiming the sandbox state directory: %w", err)
+	}
+	return nil
+}
+
 // layerRemover is implemented by rungs whose snapshots are not plain
 // directories (Docker's are images).
 type layerRemover interface {

@@ -303,15 +303,11 @@ func importTask(dir, name string, q importer.Query) (spec.Record, []string, erro
 		env.Healthcheck = hc
 		notes = append(notes, hnotes...)
 	}
-	unread := []string{"WORKDIR", "USER", "ENTRYPOINT"}
+	unread := []string{"WORKDIR", "ENTRYPOINT"}
 	if tr != nil {
 		unread = tr.BaseUnread
 	}
-	// With a Dockerfile, its translation knows whether the base image's
-	// USER reaches a RUN step; for a prebuilt image it matters unless
-	// every phase names its user.
-	usersNamed := tr == nil && (main.UserString() != "" || cfg.Agent.User != nil && cfg.Verifier.User != nil && env.Service == nil && env.Healthcheck == nil)
-	notes = append(notes, baseNote(env.Image, unread, known, env.Sandbox.Workdir != "", usersNamed))
+	notes = append(notes, baseNote(env.Image, unread, known, env.Sandbox.Workdir != ""))
 
 	// Network, per phase: the agent's is the sandbox's; the verifier's is
 	// the checker's when it differs. ?network=deny tightens both.
@@ -565,15 +561,16 @@ func verifier(dir string, cfg *TaskConfig, verifierEnv map[string]string) (*spec
 	return c, nil
 }
 
-// baseNote is what of the image's own config the task depends on and is
-// not read: USER unless every phase names its user, WORKDIR when the task
-// sets none, ENTRYPOINT when the main process is not known. CMD never
-// matters: Harbor's compose file replaces it.
-func baseNote(image string, unread []string, mainKnown, hasWorkdir, usersNamed bool) string {
+// baseNote is what of the image's own config the task depends on and
+// translating cannot apply: WORKDIR when the task sets none, ENTRYPOINT
+// when the main process is not known. CMD never matters: Harbor's compose
+// file replaces it. (Its USER, ENV and WORKDIR apply when the environment
+// is prepared.)
+func baseNote(image string, unread []string, mainKnown, hasWorkdir bool) string {
 	var keep []string
 	for _, u := range unread {
 		switch {
-		case u == "WORKDIR" && hasWorkdir, u == "USER" && usersNamed, u == "ENTRYPOINT" && mainKnown, u == "CMD":
+		case u == "WORKDIR" && hasWorkdir, u == "ENTRYPOINT" && mainKnown, u == "CMD":
 			continue
 		}
 		keep = append(keep, u)

@@ -271,12 +271,12 @@ func BaseNote(image string, unread []string) string {
 	if len(unread) == 0 {
 		return ""
 	}
-	def := map[string]string{"WORKDIR": "/", "USER": "root", "ENTRYPOINT": "none", "CMD": "none"}
+	def := map[string]string{"WORKDIR": "/ for the RUN steps before the Dockerfile's first WORKDIR", "ENTRYPOINT": "none", "CMD": "none"}
 	parts := make([]string, len(unread))
 	for i, u := range unread {
 		parts[i] = u + " (taken as " + def[u] + ")"
 	}
-	return fmt.Sprintf("the config of image %s is not read: its %s", image, strings.Join(parts, ", "))
+	return fmt.Sprintf("the config of image %s is not read when translating: its %s (its ENV, WORKDIR and USER do apply to the commands that run)", image, strings.Join(parts, ", "))
 }
 
 // SetNetwork applies the task's network mode, tightened by ?network=deny

@@ -382,7 +382,7 @@ func environment(dir string, svc importer.ComposeService, q importer.Query) (*sp
 	env.Service = importer.Service(argv)
 
 	// What of the image's own config the task depends on, unread.
-	unread := []string{"WORKDIR", "USER", "ENTRYPOINT", "CMD"}
+	unread := []string{"WORKDIR", "ENTRYPOINT", "CMD"}
 	if tr != nil {
 		unread = tr.BaseUnread
 	}
@@ -390,7 +390,6 @@ func environment(dir string, svc importer.ComposeService, q importer.Query) (*sp
 	for _, u := range unread {
 		switch {
 		case u == "WORKDIR" && svc.WorkingDir != "",
-			u == "USER" && tr == nil && svc.UserString() != "",
 			u == "ENTRYPOINT" && (known || epSet),
 			u == "CMD" && (known || epSet || cmdSet):
 			continue
