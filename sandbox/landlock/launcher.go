@@ -23,6 +23,7 @@ import (
 
 	"evals.si/sandbox"
 	"evals.si/sandbox/bridge"
+	"evals.si/sandbox/internal/execuser"
 	"evals.si/sandbox/reexec"
 )
 
@@ -77,7 +78,7 @@ func launch([]string) int {
 	if sp.User != "" {
 		c, err := resolveUser(sp.User)
 		if err == nil {
-			err = checkMapped(c)
+			err = execuser.CheckMapped(sp.User, c.UID, append([]int{c.GID}, c.Groups...))
 		}
 		if err != nil {
 			return report(status{SetupErr: err.Error()})

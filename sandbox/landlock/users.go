@@ -3,7 +3,6 @@ package landlock
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -38,65 +37,6 @@ func lookupUser(spec, etc string) (cred, error) {
 		return cred{}, err
 	}
 	return cred{UID: u.Uid, GID: u.Gid, Groups: u.Sgids, Home: u.Home}, nil
-}
-
-// checkMapped refuses ids the launcher's user namespace does not map: the
-// kernel would refuse them too, with EINVAL; this says why.
-func checkMapped(c cred) error {
-	uids, err := insideRanges("/proc/self/uid_map")
-	if err != nil {
-		return err
-	}
-	gids, err := insideRanges("/proc/self/gid_map")
-	if err != nil {
-		return err
-	}
-	if !inRanges(uids, c.UID) {
-		return fmt.Errorf("uid %d is outside the sandbox's user namespace map (inside ids %s)", c.UID, describeRanges(uids))
-	}
-	for _, g := range append([]int{c.GID}, c.Groups...) {
-		if !inRanges(gids, g) {
-			return fmt.Errorf("gid %d is outside the sandbox's user namespace map (inside ids %s)", g, describeRanges(gids))
-		}
-	}
-	return nil
-}
-
-func insideRanges(file string) ([][2]int, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("reading the sandbox's id map: %w", err)
-	}
-	var out [][2]int
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 3 {
-			continue
-		}
-		first, err1 := strconv.Atoi(f[0])
-		n, err2 := strconv.Atoi(f[2])
-		if err1 == nil && err2 == nil {
-			out = append(out, [2]int{first, first + n - 1})
-		}
-	}
-	return out, nil
-}
-
-func inRanges(rs [][2]int, id int) bool {
-	for _, r := range rs {
-		if id >= r[0] && id <= r[1] {
-			return true
-		}
-	}
-	return false
-}
-
-func describeRanges(rs [][2]int) string {
-	var s []string
-	for _, r := range rs {
-		s = append(s, fmt.Sprintf("%d-%d", r[0], r[1]))
-	}
-	return strings.Join(s, ",")
 }
 
 // setCred switches the calling thread (the one that execs) to c. Changing

@@ -128,3 +128,12 @@ func link(t *testing.T, target, p string) {
 		t.Fatal(err)
 	}
 }
+
+func TestMapped(t *testing.T) {
+	m := "         0     100000      65536\n     65536 1000 1\n"
+	for id, want := range map[int]bool{0: true, 65535: true, 65536: true, 65537: false, -1: false} {
+		if got := Mapped(m, id); got != want {
+			t.Errorf("Mapped(%d) = %v, want %v", id, got, want)
+		}
+	}
+}

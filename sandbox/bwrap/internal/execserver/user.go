@@ -1,7 +1,6 @@
 package execserver
 
 import (
-	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -35,18 +34,8 @@ func lookupUser(spec, etc string) (execUser, error) {
 // sandbox's user namespace maps: the kernel would refuse the others, and
 // what it means must be said.
 func (u execUser) credential(spec string) (*syscall.Credential, error) {
-	ids := map[string][]int{"uid_map": {u.uid}, "gid_map": append([]int{u.gid}, u.groups...)}
-	for _, file := range []string{"uid_map", "gid_map"} {
-		b, err := os.ReadFile("/proc/self/" + file)
-		if err != nil {
-			return nil, fmt.Errorf("user %q: reading the sandbox's %s: %w", spec, file, err)
-		}
-		for _, id := range ids[file] {
-			if !mapped(string(b), id) {
-				return nil, fmt.Errorf("user %q: id %d is outside the ids this sandbox's user namespace maps (%s: %s); with a single-id map (an engine without a subordinate id range in /etc/subuid) no other user can run",
-					spec, id, file, strings.Join(strings.Fields(string(b)), " "))
-			}
-		}
+	if err := execuser.CheckMapped(spec, u.uid, append([]int{u.gid}, u.groups...)); err != nil {
+		return nil, err
 	}
 	if u.uid == os.Getuid() && u.gid == os.Getgid() {
 		// Without CAP_SETGID (a single-id namespace) the groups are
@@ -61,22 +50,6 @@ func (u execUser) credential(spec string) (*syscall.Credential, error) {
 		groups[i] = uint32(g)
 	}
 	return &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), Groups: groups}, nil
-}
-
-// mapped reports whether id is inside one of a uid_map's ranges.
-func mapped(idmap string, id int) bool {
-	for _, line := range strings.Split(idmap, "\n") {
-		f := strings.Fields(line)
-		if len(f) != 3 {
-			continue
-		}
-		in, err1 := strconv.Atoi(f[0])
-		n, err2 := strconv.Atoi(f[2])
-		if err1 == nil && err2 == nil && id >= in && id-in < n {
-			return true
-		}
-	}
-	return false
 }
 
 const capSetgid = 6
