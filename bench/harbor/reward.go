@@ -8,13 +8,11 @@ import (
 	"io/fs"
 	"math"
 	"os"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
+	"evals.si/bench/internal/pystr"
 	"evals.si/checker"
 	"evals.si/sandbox"
 	"evals.si/spec"
@@ -110,55 +108,16 @@ func jsonKind(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// pyFloatSyntax is the grammar of Python's float() for str (digits made
-// ASCII and spaces stripped first), underscores between digits included.
-var pyFloatSyntax = regexp.MustCompile(`^[+-]?(?:(?:\d(?:_?\d)*)?\.\d(?:_?\d)*|\d(?:_?\d)*\.?)(?:[eE][+-]?\d(?:_?\d)*)?$`)
-
-var pyFloatSpecial = regexp.MustCompile(`^[+-]?(?i:inf|infinity|nan)$`)
-
-// pyFloat is float(s) followed by Harbor's finiteness check: Python maps
-// non-ASCII spaces to ' ' and non-ASCII decimal digits to ASCII ones,
-// strips ASCII whitespace (not \x1c-\x1f, which str.strip would), then
-// reads a decimal (never hexadecimal) number.
+// pyFloat is float(s) followed by Harbor's finiteness check.
 func pyFloat(s string) (float64, error) {
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r < utf8.RuneSelf:
-			b.WriteRune(r)
-		case unicode.IsSpace(r):
-			b.WriteByte(' ')
-		case unicode.Is(unicode.Nd, r):
-			b.WriteByte('0' + byte(digitValue(r)))
-		default:
-			return 0, errors.New("not a number")
-		}
-	}
-	t := strings.Trim(b.String(), " \t\n\v\f\r")
-	if pyFloatSpecial.MatchString(t) {
-		return 0, errors.New("not a finite number")
-	}
-	if !pyFloatSyntax.MatchString(t) {
+	f, err := pystr.Float(s)
+	switch {
+	case err != nil:
 		return 0, errors.New("not a number")
-	}
-	f, err := strconv.ParseFloat(strings.ReplaceAll(t, "_", ""), 64)
-	if math.IsInf(f, 0) || math.IsNaN(f) {
+	case math.IsInf(f, 0) || math.IsNaN(f):
 		return 0, errors.New("not a finite number")
-	}
-	if err != nil {
-		return 0, err
 	}
 	return f, nil
-}
-
-// digitValue is a Unicode decimal digit's value: Unicode puts every
-// script's digits in runs of ten from zero upwards.
-func digitValue(r rune) int {
-	start := r
-	for unicode.Is(unicode.Nd, start-1) {
-		start--
-	}
-	return int(r-start) % 10
 }
 
 // Score is the trial's score: the "reward" key, or the only key, or the

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"evals.si/bench/internal/pystr"
 )
 
 // The rest of swebench 5.0.2's javascript.py registry: the parsers of the
@@ -396,7 +398,7 @@ func lighthouseParser(version string) LogParser {
 	case "9.5", "10.0", "10.2":
 		return parseLighthouseMocha
 	}
-	v, err := pyFloat(version)
+	v, err := pystr.Float(version)
 	if err != nil {
 		return func(string) (map[string]string, error) {
 			return nil, fmt.Errorf("parse_log_lighthouse: version %q is not a number (the harness raises ValueError)", version)

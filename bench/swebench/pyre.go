@@ -1,13 +1,9 @@
 package swebench
 
 import (
-	"fmt"
-	"math"
 	"regexp"
-	"strconv"
 	"strings"
 	"unicode"
-	"unicode/utf8"
 )
 
 // SWE-bench's parsers are Python: str.strip/str.split/re with str patterns,
@@ -33,54 +29,6 @@ func pyLStrip(s string) string { return strings.TrimLeftFunc(s, pyIsSpace) }
 
 // pySplit is str.split() with no argument.
 func pySplit(s string) []string { return strings.FieldsFunc(s, pyIsSpace) }
-
-var (
-	pyFloatSyntax  = regexp.MustCompile(`^[+-]?(?:(?:\d(?:_?\d)*)?\.\d(?:_?\d)*|\d(?:_?\d)*\.?)(?:[eE][+-]?\d(?:_?\d)*)?$`)
-	pyFloatSpecial = regexp.MustCompile(`^[+-]?(?i:inf|infinity|nan)$`)
-)
-
-// pyFloat is float(s) for a str: non-ASCII spaces become ' ' and
-// non-ASCII decimal digits ASCII ones, ASCII whitespace is stripped, and
-// what is left must be a decimal number (underscores between digits
-// allowed) or inf, infinity or nan.
-func pyFloat(s string) (float64, error) {
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r < utf8.RuneSelf:
-			b.WriteRune(r)
-		case unicode.IsSpace(r):
-			b.WriteByte(' ')
-		case unicode.Is(unicode.Nd, r):
-			// Unicode puts each script's digits in runs of ten from zero.
-			start := r
-			for unicode.Is(unicode.Nd, start-1) {
-				start--
-			}
-			b.WriteByte('0' + byte((r-start)%10))
-		default:
-			return 0, fmt.Errorf("could not convert string to float: %q", s)
-		}
-	}
-	t := strings.Trim(b.String(), " \t\n\v\f\r")
-	switch {
-	case pyFloatSpecial.MatchString(t):
-		if strings.HasSuffix(strings.ToLower(t), "nan") {
-			return math.NaN(), nil
-		}
-		if strings.HasPrefix(t, "-") {
-			return math.Inf(-1), nil
-		}
-		return math.Inf(1), nil
-	case pyFloatSyntax.MatchString(t):
-		f, err := strconv.ParseFloat(strings.ReplaceAll(t, "_", ""), 64)
-		if err != nil && !math.IsInf(f, 0) {
-			return 0, err
-		}
-		return f, nil // overflow is inf, as Python's
-	}
-	return 0, fmt.Errorf("could not convert string to float: %q", s)
-}
 
 // pyre compiles a Python re pattern (str pattern, no flags other than those
 // written inline) for Go: \s, \S, \d, \D, \w and \W get their Python
