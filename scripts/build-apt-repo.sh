@@ -15,7 +15,9 @@
 # /var/cache/evalsi/apt-repo for root, else ~/.cache/evalsi/apt-repo), keyed
 # by the package list; a second run prints it at once.
 #
-# Usage: scripts/build-apt-repo.sh   (PACKAGES="hello figlet" to change the set)
+# Usage: scripts/build-apt-repo.sh [--cached]   (PACKAGES="hello figlet" to change the set)
+#   --cached   print the cached repository, or exit 3 without downloading
+#              (tests use it: they never reach an outside address)
 set -euo pipefail
 
 PACKAGES=${PACKAGES:-"hello figlet"}
@@ -27,6 +29,10 @@ dir="$EVALSI_APT_REPO/$key"
 if [ -s "$dir/Release" ] && [ -s "$dir/Packages" ]; then
   echo "$dir"
   exit 0
+fi
+if [ "${1:-}" = "--cached" ]; then
+  echo "build-apt-repo: no cached repository at $dir (run bash scripts/build-apt-repo.sh, or .ci/setup)" >&2
+  exit 3
 fi
 for tool in dpkg-scanpackages apt-ftparchive; do
   command -v "$tool" >/dev/null || { echo "build-apt-repo: $tool is missing (apt-get install dpkg-dev apt-utils)" >&2; exit 1; }

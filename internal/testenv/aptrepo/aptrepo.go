@@ -40,23 +40,20 @@ func (r *Repo) UseOnly() string {
 	return "rm -f /etc/apt/sources.list.d/* && echo '" + r.SourcesLine() + "' > /etc/apt/sources.list"
 }
 
-// Serve builds (or finds cached) the repository and serves it until the
-// test ends. repoRoot is the module root relative to the test's directory.
-// A machine without dpkg-dev, apt-utils or a network namespace reports the
-// facility missing (a failure under EVALSI_STRICT=1).
+// Serve finds the cached repository (.ci/setup builds it: building
+// downloads from the machine's Debian mirror, which a test must not reach)
+// and serves it until the test ends. repoRoot is the module root relative
+// to the test's directory. A machine without the cached repository or a
+// network namespace reports the facility missing (a failure under
+// EVALSI_STRICT=1).
 func Serve(t testing.TB, repoRoot string) *Repo {
 	t.Helper()
-	for _, tool := range []string{"dpkg-scanpackages", "apt-ftparchive"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testenv.Missing(t, tool, "the test package repository is made with dpkg-dev and apt-utils (apt-get install dpkg-dev apt-utils)")
-		}
-	}
-	cmd := exec.Command("bash", filepath.Join(repoRoot, "scripts", "build-apt-repo.sh"))
+	cmd := exec.Command("bash", filepath.Join(repoRoot, "scripts", "build-apt-repo.sh"), "--cached")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		testenv.Missing(t, "test package repository", "scripts/build-apt-repo.sh failed: "+err.Error()+"\n"+stderr.String())
+		testenv.Missing(t, "test package repository", "it is not built (run bash scripts/build-apt-repo.sh; .ci/setup does, with dpkg-dev and apt-utils): "+err.Error()+"\n"+stderr.String())
 	}
 	dir := strings.TrimSpace(string(out))
 	if fi, err := os.Stat(filepath.Join(dir, "Packages")); err != nil || fi.Size() == 0 {
