@@ -130,7 +130,7 @@ func Run(ctx context.Context, sb Sandbox, cfg spec.Checker, workdir string, reg 
 	for i, cmd := range cfg.Setup {
 		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", cmd}, Workdir: workdir, Timeout: time.Minute})
 		if err != nil {
-			return Verdict{}, &InfraError{Reason: fmt.Sprintf("running checker setup step %d", i+1), Err: err, Cause: CauseFiles}
+			return Verdict{}, &InfraError{Reason: fmt.Sprintf("running checker setup step %d", i+1), Err: err, Cause: CauseSandbox}
 		}
 		if res.ExitCode != 0 || res.TimedOut {
 			return Verdict{}, infraf(CauseFiles, "checker setup step %d (%q) exited %d: %s", i+1, cmd, res.ExitCode, snippet(tail(append(res.Stdout, res.Stderr...), outputCap)))
@@ -162,7 +162,13 @@ func Run(ctx context.Context, sb Sandbox, cfg spec.Checker, workdir string, reg 
 	if err != nil {
 		var ie *InfraError
 		if errors.As(err, &ie) {
-			return Verdict{}, &InfraError{Reason: ie.Reason, Err: ie.Err, Cause: CauseParser}
+			// A parser that says where it went wrong (the sandbox failed
+			// reading its output, say) keeps that cause.
+			cause := ie.Cause
+			if cause == "" {
+				cause = CauseParser
+			}
+			return Verdict{}, &InfraError{Reason: ie.Reason, Err: ie.Err, Cause: cause}
 		}
 		return Verdict{}, &InfraError{Reason: "parser " + parserName, Err: err, Cause: CauseParser}
 	}

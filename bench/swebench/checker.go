@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
+	"time"
 
 	"evals.si/checker"
 	"evals.si/sandbox"
@@ -22,10 +24,15 @@ func RegisterParsers(reg *checker.Registry) {
 }
 
 // gradeVerdict grades the fresh sandbox's run of checkerScript as
-// get_eval_report does. What it trusts: the record's grading data (args),
-// the script's exit code, set before any of the agent's code ran, and the
-// eval script's output in TestOutputPath. Nothing the command printed is
-// read: the apply output carries the agent's file names.
+// get_eval_report does. What it trusts: the record's grading data (args)
+// and the script's exit codes that are set before any of the agent's code
+// runs (no workdir, no patch file, empty patch, patch not applied). Once
+// the eval script runs, the agent's code runs with it (the patched repo's
+// tests), so whatever ends that phase, an exit code of the script's own or
+// one its tests caused, and whatever is in TestOutputPath, is graded from
+// the log: the agent cannot turn its failure into an infrastructure error.
+// Nothing the command printed is read: the apply output carries the
+// agent's file names.
 func gradeVerdict(ctx context.Context, res sandbox.ExecResult, sb checker.Sandbox, _ string, args spec.JSON) (checker.Verdict, error) {
 	g, err := decodeGrade(args)
 	if err != nil {
@@ -41,16 +48,13 @@ func gradeVerdict(ctx context.Context, res sandbox.ExecResult, sb checker.Sandbo
 	case exitTimedOut:
 		return checker.Verdict{Details: fmt.Sprintf("%s: %s: the eval script ran past %s", ResolvedNo, TestsTimeout, EvalTimeout)}, nil
 	case exitNoPatchFile:
-		return checker.Verdict{}, &checker.InfraError{Reason: "the fresh checker sandbox has no patch file at " + PatchPath + ": the engine must write the agent's diff to checker.patch_file"}
+		return checker.Verdict{}, &checker.InfraError{Cause: checker.CauseSandbox, Reason: "the fresh checker sandbox has no patch file at " + PatchPath + ": the engine must write the agent's diff to checker.patch_file"}
 	case exitNoWorkdir:
-		return checker.Verdict{}, &checker.InfraError{Reason: "the SWE-bench environment has no " + Workdir + ": is the image an instance image?"}
-	default:
-		return checker.Verdict{}, &checker.InfraError{Reason: fmt.Sprintf("the SWE-bench checker script exited %d (want one of its own codes); stderr: %s", res.ExitCode, snippet(res.Stderr))}
+		return checker.Verdict{}, &checker.InfraError{Cause: checker.CauseSandbox, Reason: "the SWE-bench environment has no " + Workdir + ": is the image an instance image?"}
 	}
-	log, err := readTestOutput(ctx, sb)
-	if err != nil {
-		return checker.Verdict{}, err
-	}
+	// exitEvaluated, or the eval phase ended otherwise (its tests killed
+	// the script, say): the log decides.
+	log := readTestOutput(ctx, sb)
 	r := EvalReport(g, log)
 	v := checker.Verdict{Pass: r.Resolved, Details: details(r)}
 	if r.Resolved {
@@ -116,22 +120,29 @@ func snippet(b []byte) string {
 	return string(b)
 }
 
-// readTestOutput reads TestOutputPath, up to LogCap. cat runs in the
-// sandbox with the cap as its output limit, so an enormous log never
-// reaches the engine's memory whole.
-func readTestOutput(ctx context.Context, sb checker.Sandbox) (string, error) {
-	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"cat", "--", TestOutputPath}, OutputLimit: LogCap})
-	if err != nil {
-		return "", &checker.InfraError{Reason: "reading the SWE-bench test output " + TestOutputPath, Err: err}
+// readTestOutput reads TestOutputPath with the rung's own file
+// operation (no binary of the image runs), or, for a log past its read
+// cap, with cat bounded by LogCap and a timeout. The agent's code ran
+// before it and may have removed, replaced or grown the file: whatever
+// cannot be read is a log without markers, which grades unresolved,
+// never an infrastructure error.
+func readTestOutput(ctx context.Context, sb checker.Sandbox) string {
+	b, err := sb.ReadFile(ctx, TestOutputPath)
+	if err == nil {
+		return string(b)
 	}
-	if res.ExitCode != 0 {
-		return "", &checker.InfraError{Reason: fmt.Sprintf("reading the SWE-bench test output %s: cat exited %d: %s", TestOutputPath, res.ExitCode, bytes.TrimSpace(res.Stderr))}
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Sprintf("\n[evalsi: no test output at %s]\n", TestOutputPath)
+	}
+	res, cerr := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"cat", "--", TestOutputPath}, OutputLimit: LogCap, Timeout: 2 * time.Minute})
+	if cerr != nil || res.ExitCode != 0 || res.TimedOut {
+		return fmt.Sprintf("\n[evalsi: the test output %s could not be read: %v; cat: exit %d %v %s]\n", TestOutputPath, err, res.ExitCode, cerr, bytes.TrimSpace(res.Stderr))
 	}
 	out := string(res.Stdout)
 	if res.Truncated {
 		out += fmt.Sprintf("\n[evalsi: test output cut at %d bytes]\n", LogCap)
 	}
-	return out, nil
+	return out
 }
 
 func details(r Report) string {

@@ -3,6 +3,7 @@ package swebench
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"strings"
 	"testing"
 
@@ -53,8 +54,6 @@ func TestGradeByExitCode(t *testing.T) {
 		{exitTimedOut, TestsTimeout, false},
 		{exitNoPatchFile, "no patch file", true},
 		{exitNoWorkdir, "has no /testbed", true},
-		{1, "exited 1", true},
-		{137, "exited 137", true},
 	} {
 		// No sandbox: these codes must be graded without reading one.
 		v, err := gradeVerdict(context.Background(), sandbox.ExecResult{ExitCode: tc.code}, nil, Workdir, args)
@@ -66,7 +65,27 @@ func TestGradeByExitCode(t *testing.T) {
 			t.Errorf("exit %d: %+v %v, want unresolved with %q", tc.code, v, err, tc.want)
 		}
 	}
+	// Codes the eval phase ended with (its tests may kill the script) are
+	// graded from whatever log there is, never an infrastructure error.
+	for _, code := range []int{1, 137} {
+		v, err := gradeVerdict(context.Background(), sandbox.ExecResult{ExitCode: code}, noLog{}, Workdir, args)
+		if err != nil || v.Pass || !strings.Contains(v.Details, "markers are missing") {
+			t.Errorf("exit %d with no log: %+v %v, want unresolved for missing markers", code, v, err)
+		}
+	}
 	if _, err := gradeVerdict(context.Background(), sandbox.ExecResult{}, nil, Workdir, nil); err == nil {
 		t.Error("a record without parser_args graded")
 	}
+}
+
+// noLog is a checker sandbox whose test output is gone: what the agent's
+// tests can leave in the fresh sandbox.
+type noLog struct{}
+
+func (noLog) Exec(context.Context, sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	return sandbox.ExecResult{ExitCode: 1}, nil
+}
+func (noLog) ReadFile(context.Context, string) ([]byte, error) { return nil, fs.ErrNotExist }
+func (noLog) WriteFile(context.Context, string, []byte, fs.FileMode) error {
+	return errors.New("read-only")
 }

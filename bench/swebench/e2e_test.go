@@ -321,6 +321,17 @@ func TestGradedInAFreshSandbox(t *testing.T) {
 			t.Errorf("verdict %+v\n%s", v, v.Output)
 		}
 	})
+	t.Run("the diff's code that kills the checker and removes the log is graded, not an error", func(t *testing.T) {
+		// Its tests run the agent's code: whatever that does to the eval
+		// phase (kill every process it can, remove the log, leave a FIFO in
+		// its place) is the agent's failure, graded unresolved.
+		conftest := "import os, signal\ndef pytest_configure(config):\n    os.remove('/tmp/evalsi-test-output.txt')\n    os.mkfifo('/tmp/evalsi-test-output.txt')\n    os.kill(-1, signal.SIGKILL)\n"
+		ag := &shellAgent{script: "cat > conftest.py <<'EOF'\n" + conftest + "EOF\n"}
+		v := h.run(t, id, ag)
+		if v.Pass || v.Score != 0 {
+			t.Errorf("verdict %+v\n%s", v, v.Output)
+		}
+	})
 	t.Run("empty test lists grade as upstream grades them", func(t *testing.T) {
 		// get_resolution_status counts an empty list as all passed: a valid
 		// log with no listed test is RESOLVED_FULL, whatever the patch.
