@@ -536,9 +536,6 @@ func verifier(dir string, cfg *TaskConfig, verifierEnv map[string]string) (*spec
 	}
 	files, fix := dockerfile.EncodeFiles(importer.Rebase(tf, "/tests"))
 	var script strings.Builder
-	// A reward left from before the verifier ran (by the agent) must not
-	// count: the verifier's run alone writes it.
-	script.WriteString("mkdir -p /logs/verifier && rm -f /logs/verifier/reward.txt /logs/verifier/reward.json\n")
 	for _, k := range sortedKeys(verifierEnv) {
 		fmt.Fprintf(&script, "export %s=%s\n", k, dockerfile.Quote(verifierEnv[k]))
 	}
@@ -553,10 +550,15 @@ func verifier(dir string, cfg *TaskConfig, verifierEnv map[string]string) (*spec
 		Parser:  ParserReward,
 		Timeout: spec.Duration(time.Duration(timeout * float64(time.Second))),
 	}
+	// As root, before the verifier: whatever the agent left in
+	// /logs/verifier (a reward of its own, a directory where the reward
+	// file goes) must not count, so the directory starts empty, as
+	// Harbor's mount does.
+	c.Setup = []string{"rm -rf /logs/verifier && mkdir -p /logs/verifier && chmod 777 /logs/verifier"}
 	if fix != "" {
 		// Decoding and modes as root, as Harbor's upload of tests/ is the
 		// harness's, whatever user the verifier runs as.
-		c.Setup = []string{fix}
+		c.Setup = append(c.Setup, fix)
 	}
 	return c, nil
 }
