@@ -8,7 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -109,7 +108,7 @@ func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sa
 	if err != nil {
 		return nil, fmt.Errorf("starting a service in docker sandbox %s: attaching: %w", short(s.id), err)
 	}
-	svc := &service{sb: s, execID: created.ID, hj: hj, out: &tail{max: sandbox.DefaultOutputLimit}, ended: make(chan struct{})}
+	svc := &service{sb: s, execID: created.ID, hj: hj, out: &sandbox.ServiceState{}, ended: make(chan struct{})}
 	first := &firstLine{line: make(chan string, 1), rest: svc.out}
 	go svc.watch(first)
 
@@ -139,7 +138,7 @@ func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sa
 		if in, err := s.cli.ContainerExecInspect(context.WithoutCancel(ctx), created.ID); err == nil {
 			code = in.ExitCode
 		}
-		msg := strings.TrimSpace(line + "\n" + string(svc.out.Bytes()))
+		msg := strings.TrimSpace(line + "\n" + string(svc.out.Output()))
 		return nil, fmt.Errorf("starting service %q as user %q in docker sandbox %s: exit %d: %s", req.Argv, user, short(s.id), code, msg)
 	}
 	svc.pid, svc.start = pid, start
@@ -176,7 +175,7 @@ func (s *Sandbox) serviceLeaders() []string {
 	defer s.mu.Unlock()
 	var out []string
 	for _, svc := range s.services {
-		if _, exited := svc.state(); !exited {
+		if _, exited := svc.out.Exited(); !exited {
 			out = append(out, strconv.Itoa(svc.pid)+":"+svc.start)
 		}
 	}
@@ -187,17 +186,14 @@ type service struct {
 	sb     *Sandbox
 	execID string
 	hj     types.HijackedResponse
-	out    *tail
+	// out keeps the output's tail and the leader's exit.
+	out *sandbox.ServiceState
 	// pid and start identify the leader (see above); set before the
 	// service is shared.
 	pid   int
 	start string
 	// ended is closed when the output stream has ended.
 	ended chan struct{}
-
-	mu     sync.Mutex
-	code   int
-	exited bool
 }
 
 var _ sandbox.Service = (*service)(nil)
@@ -208,22 +204,8 @@ func (v *service) watch(first *firstLine) {
 	first.end()
 	close(v.ended)
 	if in, err := v.sb.inspectExited(context.Background(), v.execID); err == nil && !in.Running {
-		v.setExit(in.ExitCode)
+		v.out.SetExited(in.ExitCode)
 	}
-}
-
-func (v *service) setExit(code int) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if !v.exited {
-		v.code, v.exited = code, true
-	}
-}
-
-func (v *service) state() (int, bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.code, v.exited
 }
 
 // Exited reports the leader's exit. While the output is open (a child may
@@ -231,7 +213,7 @@ func (v *service) state() (int, bool) {
 // leader ended, what is left of the output in flight is waited for a
 // little, so that Output then holds the end of it.
 func (v *service) Exited() (int, bool) {
-	if code, exited := v.state(); exited {
+	if code, exited := v.out.Exited(); exited {
 		return code, true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -244,8 +226,8 @@ func (v *service) Exited() (int, bool) {
 	case <-v.ended:
 	case <-time.After(outputDrain):
 	}
-	v.setExit(in.ExitCode)
-	return v.state()
+	v.out.SetExited(in.ExitCode)
+	return v.out.Exited()
 }
 
 // outputDrain bounds the wait for a service's output after its leader
@@ -254,11 +236,11 @@ const outputDrain = 2 * time.Second
 
 // Output is the tail of the service's stdout and stderr, interleaved as
 // Docker delivered them.
-func (v *service) Output() []byte { return v.out.Bytes() }
+func (v *service) Output() []byte { return v.out.Output() }
 
 // closed is called when the sandbox is removed, which kills the service.
 func (v *service) closed() {
-	v.setExit(137)
+	v.out.SetExited(137)
 	v.hj.Close()
 }
 
@@ -302,30 +284,3 @@ func (f *firstLine) send() {
 
 // end sends what there is if no line was sent.
 func (f *firstLine) end() { f.send() }
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > 2*t.max {
-		t.buf = append([]byte(nil), t.buf[len(t.buf)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) Bytes() []byte {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := t.buf
-	if len(b) > t.max {
-		b = b[len(b)-t.max:]
-	}
-	return bytes.Clone(b)
-}

@@ -32,8 +32,8 @@ func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sa
 	if err != nil {
 		return nil, fmt.Errorf("landlock service: %w", err)
 	}
-	svc := &service{out: &tailBuffer{max: sandbox.DefaultOutputLimit}, done: make(chan struct{})}
-	l, err := s.launch(ctx, sp, cg, nil, svc.out, svc.out)
+	svc := &service{ServiceState: &sandbox.ServiceState{}, done: make(chan struct{})}
+	l, err := s.launch(ctx, sp, cg, nil, svc.ServiceState, svc.ServiceState)
 	if err != nil {
 		removeCgroup(cg)
 		return nil, fmt.Errorf("landlock service %q: %w", req.Argv, err)
@@ -88,14 +88,12 @@ func waitStarted(ctx context.Context, l *launched) error {
 
 // service is a running service.
 type service struct {
+	*sandbox.ServiceState
 	l    *launched
-	out  *tailBuffer
 	done chan struct{} // closed once it ended and its cgroup is gone
 
-	mu     sync.Mutex
-	code   int
-	exited bool
-	err    string // a launcher setup failure, kept in Output
+	mu  sync.Mutex
+	err string // a launcher setup failure, kept in Output
 }
 
 func (v *service) wait(cg *limits.Cgroup) {
@@ -103,18 +101,18 @@ func (v *service) wait(cg *limits.Cgroup) {
 	v.l.finishOutput(10 * time.Second)
 	v.l.waitExit(10 * time.Second)
 	removeCgroup(cg)
-	v.mu.Lock()
-	v.exited = true
+	code := st.ExitCode
 	switch {
 	case !ok:
 		// The holder died (Close) before the launcher could report.
-		v.code = 128 + int(syscall.SIGKILL)
+		code = 128 + int(syscall.SIGKILL)
 	case st.SetupErr != "":
-		v.code, v.err = 125, st.SetupErr
-	default:
-		v.code = st.ExitCode
+		code = 125
+		v.mu.Lock()
+		v.err = st.SetupErr
+		v.mu.Unlock()
 	}
-	v.mu.Unlock()
+	v.SetExited(code)
 	close(v.done)
 }
 
@@ -128,17 +126,11 @@ func (v *service) kill() {
 	}
 }
 
-func (v *service) Exited() (int, bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.code, v.exited
-}
-
 func (v *service) Output() []byte {
 	v.mu.Lock()
 	msg := v.err
 	v.mu.Unlock()
-	b := v.out.Bytes()
+	b := v.ServiceState.Output()
 	if msg != "" {
 		b = append(b, "\nlandlock service: setting up the sandbox: "+msg+"\n"...)
 	}
@@ -150,32 +142,4 @@ func removeCgroup(cg *limits.Cgroup) {
 		cg.Kill()
 		cg.Remove()
 	}
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	max int
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := len(p)
-	if len(p) >= t.max {
-		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
-		return n, nil
-	}
-	if over := len(t.buf) + len(p) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	t.buf = append(t.buf, p...)
-	return n, nil
-}
-
-func (t *tailBuffer) Bytes() []byte {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return append([]byte(nil), t.buf...)
 }
