@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"evals.si/sandbox"
 )
 
 // etcFiles are the files every sandbox gets bound over its /etc, as Docker
@@ -22,16 +24,10 @@ func (s *Sandbox) writeEtcFiles(dir string) error {
 	if err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("reading the host's /etc/resolv.conf: %w", err)
 	}
-	files := map[string]string{
-		"hostname": s.id + "\n",
-		"hosts": "127.0.0.1\tlocalhost\n" +
-			"::1\tlocalhost ip6-localhost ip6-loopback\n" +
-			"fe00::0\tip6-localnet\n" +
-			"ff00::0\tip6-mcastprefix\n" +
-			"ff02::1\tip6-allnodes\n" +
-			"ff02::2\tip6-allrouters\n" +
-			"127.0.1.1\t" + s.id + "\n",
-		"resolv.conf": resolvConf(string(hostResolv)),
+	files := map[string][]byte{
+		"hostname":    []byte(s.id + "\n"),
+		"hosts":       sandbox.EtcHosts(s.id),
+		"resolv.conf": sandbox.ResolvConf(hostResolv),
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
@@ -41,7 +37,7 @@ func (s *Sandbox) writeEtcFiles(dir string) error {
 	}
 	for _, name := range etcFiles {
 		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(files[name]), 0o644); err != nil {
+		if err := os.WriteFile(p, files[name], 0o644); err != nil {
 			return err
 		}
 		if err := s.chownHost(p); err != nil {
@@ -49,34 +45,6 @@ func (s *Sandbox) writeEtcFiles(dir string) error {
 		}
 	}
 	return nil
-}
-
-// resolvConf is Docker's rule for a container on its default network: the
-// host's resolv.conf without loopback nameservers (unreachable from the
-// container's own network namespace) and, when none remain, Google's two.
-// Nothing in a network: deny sandbox reaches them either, which is fine:
-// the file is what a task expects to find.
-func resolvConf(host string) string {
-	var b strings.Builder
-	ns := 0
-	for _, line := range strings.SplitAfter(host, "\n") {
-		f := strings.Fields(line)
-		if len(f) > 0 && f[0] == "nameserver" {
-			if len(f) < 2 || strings.HasPrefix(f[1], "127.") || f[1] == "::1" {
-				continue
-			}
-			ns++
-		}
-		b.WriteString(line)
-	}
-	out := b.String()
-	if out != "" && !strings.HasSuffix(out, "\n") {
-		out += "\n"
-	}
-	if ns == 0 {
-		out += "nameserver 8.8.8.8\nnameserver 8.8.4.4\n"
-	}
-	return out
 }
 
 // etcMounts are bwrap's binds of the sandbox's /etc files (src: the

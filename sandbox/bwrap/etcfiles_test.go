@@ -33,8 +33,8 @@ func TestEtcFilesOverImage(t *testing.T) {
 			t.Fatalf("hostname and /etc/hostname: exit %d, %q, stderr %s", res.ExitCode, out, res.Stderr)
 		}
 		resolv, hosts, _ := strings.Cut(strings.Join(lines[2:], "\n"), "---\n")
-		if resolv != resolvConf(string(host)) {
-			t.Errorf("/etc/resolv.conf %q, want %q", resolv, resolvConf(string(host)))
+		if resolv != string(sandbox.ResolvConf(host)) {
+			t.Errorf("/etc/resolv.conf %q, want %q", resolv, sandbox.ResolvConf(host))
 		}
 		if strings.Contains(hosts, "imagehost") || !strings.Contains(hosts, "127.0.1.1\t"+lines[0]+"\n") || !strings.Contains(out, "resolves") {
 			t.Errorf("/etc/hosts over the image's: %q", out)
@@ -68,18 +68,5 @@ func TestEtcFilesOverImage(t *testing.T) {
 	restored := create(t, sandbox.Config{Root: root, Workdir: "/app", Layers: []sandbox.Layer{layer}})
 	if again := check(t, restored); again == name {
 		t.Errorf("the restored sandbox kept the hostname %s", name)
-	}
-}
-
-func TestResolvConf(t *testing.T) {
-	for _, tc := range []struct{ host, want string }{
-		{"nameserver 10.0.0.2\nsearch corp.example\noptions ndots:2\n", "nameserver 10.0.0.2\nsearch corp.example\noptions ndots:2\n"},
-		{"# by NetworkManager\nnameserver 127.0.0.53\nsearch corp.example", "# by NetworkManager\nsearch corp.example\nnameserver 8.8.8.8\nnameserver 8.8.4.4\n"},
-		{"nameserver ::1\nnameserver 127.1.2.3\nnameserver 2001:db8::1\n", "nameserver 2001:db8::1\n"},
-		{"", "nameserver 8.8.8.8\nnameserver 8.8.4.4\n"},
-	} {
-		if got := resolvConf(tc.host); got != tc.want {
-			t.Errorf("resolvConf(%q) = %q, want %q", tc.host, got, tc.want)
-		}
 	}
 }

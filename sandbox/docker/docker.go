@@ -70,8 +70,6 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -235,7 +233,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 	for k, v := range cfg.Env {
 		env[k] = v
 	}
-	hostname, err := newHostname()
+	hostname, err := sandbox.NewHostname()
 	if err != nil {
 		eg.close()
 		return nil, fmt.Errorf("creating docker sandbox: %w", err)
@@ -369,17 +367,6 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 
 // hostnameAddr is what the hostname resolves to under --network none.
 const hostnameAddr = "127.0.1.1"
-
-// newHostname returns 12 random hex digits, what a Docker hostname looks
-// like (the container ID's first 12, which Docker has not chosen yet when
-// the hostname must be given for the hosts file).
-func newHostname() (string, error) {
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("choosing a hostname: %w", err)
-	}
-	return hex.EncodeToString(b), nil
-}
 
 func short(id string) string {
 	id = strings.TrimPrefix(id, "sha256:")

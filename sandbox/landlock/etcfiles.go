@@ -1,18 +1,15 @@
 package landlock
 
 import (
-	"bufio"
-	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"evals.si/sandbox"
 )
 
 // Every sandbox has /etc/hostname, /etc/hosts and /etc/resolv.conf as
@@ -26,56 +23,10 @@ import (
 // etcFiles are the paths bound from etcDir, by file name.
 var etcFiles = []string{"/etc/hostname", "/etc/hosts", "/etc/resolv.conf"}
 
-// hostsFile is Docker's /etc/hosts for a container without other networks;
-// the last line is its own address in Docker, here 127.0.1.1 since the
-// sandbox's only interface is loopback (the hostname still resolves).
-const hostsFile = `127.0.0.1	localhost
-::1	localhost ip6-localhost ip6-loopback
-fe00::0	ip6-localnet
-ff00::0	ip6-mcastprefix
-ff02::1	ip6-allnodes
-ff02::2	ip6-allrouters
-127.0.1.1	%s
-`
-
-// newHostname is 12 random hex digits, as Docker's container id prefix.
-func newHostname() (string, error) {
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("choosing a hostname: %w", err)
-	}
-	return hex.EncodeToString(b), nil
-}
-
-// resolvConf is the host's resolv.conf as Docker derives a container's:
-// loopback nameservers (a host stub resolver, unreachable from the
-// sandbox's network namespace) are dropped, and when none remains Docker's
-// fallbacks 8.8.8.8 and 8.8.4.4 are used; search and options lines stay.
-func resolvConf(host []byte) []byte {
-	var out bytes.Buffer
-	servers := 0
-	sc := bufio.NewScanner(bytes.NewReader(host))
-	for sc.Scan() {
-		line := sc.Text()
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == "nameserver" {
-			if ip := net.ParseIP(strings.SplitN(f[1], "%", 2)[0]); ip != nil && ip.IsLoopback() {
-				continue
-			}
-			servers++
-		}
-		out.WriteString(line + "\n")
-	}
-	if servers == 0 {
-		out.WriteString("nameserver 8.8.8.8\nnameserver 8.8.4.4\n")
-	}
-	return out.Bytes()
-}
-
 // writeEtcFiles writes the sandbox's three files into dir and returns its
 // hostname.
 func writeEtcFiles(dir string) (string, error) {
-	name, err := newHostname()
+	name, err := sandbox.NewHostname()
 	if err != nil {
 		return "", err
 	}
@@ -88,8 +39,8 @@ func writeEtcFiles(dir string) (string, error) {
 	}
 	for file, data := range map[string][]byte{
 		"hostname":    []byte(name + "\n"),
-		"hosts":       fmt.Appendf(nil, hostsFile, name),
-		"resolv.conf": resolvConf(host),
+		"hosts":       sandbox.EtcHosts(name),
+		"resolv.conf": sandbox.ResolvConf(host),
 	} {
 		if err := os.WriteFile(filepath.Join(dir, file), data, 0o644); err != nil {
 			return "", fmt.Errorf("writing the sandbox's /etc/%s: %w", file, err)

@@ -20,20 +20,6 @@ import (
 	"evals.si/sandbox/reexec"
 )
 
-func TestResolvConf(t *testing.T) {
-	for _, tc := range []struct{ name, host, want string }{
-		{"loopback stub only", "nameserver 127.0.0.53\noptions edns0\nsearch example.com\n", "options edns0\nsearch example.com\nnameserver 8.8.8.8\nnameserver 8.8.4.4\n"},
-		{"mixed", "nameserver ::1\nnameserver 10.0.0.2\nnameserver 127.0.0.1\n", "nameserver 10.0.0.2\n"},
-		{"none", "", "nameserver 8.8.8.8\nnameserver 8.8.4.4\n"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := string(resolvConf([]byte(tc.host))); got != tc.want {
-				t.Fatalf("resolvConf(%q) = %q, want %q", tc.host, got, tc.want)
-			}
-		})
-	}
-}
-
 // hostPids are the host's processes whose argv is exactly argv.
 func hostPids(t *testing.T, argv ...string) []int {
 	t.Helper()
