@@ -18,6 +18,7 @@ import (
 	"evals.si/egress"
 	"evals.si/environment"
 	"evals.si/evaluate"
+	"evals.si/internal/oncekey"
 	"evals.si/sandbox"
 	"evals.si/spec"
 	"evals.si/trajectory"
@@ -41,8 +42,7 @@ type AgentRunner struct {
 
 	// checked remembers the environments whose checker was seen to run
 	// on the untouched environment (checkerRuns).
-	checkMu sync.Mutex
-	checked map[string]*checkCall
+	checked oncekey.Group
 	// clk is what healthchecks wait on (nil: real time).
 	clk clock
 }
@@ -344,37 +344,9 @@ func (r *AgentRunner) checkerRuns(ctx context.Context, prep *environment.Prepare
 	b, _ := json.Marshal(env)
 	sum := sha256.Sum256(b)
 	key := prep.ID + "-" + hex.EncodeToString(sum[:8])
-	r.checkMu.Lock()
-	if r.checked == nil {
-		r.checked = map[string]*checkCall{}
-	}
-	c, ok := r.checked[key]
-	if !ok {
-		c = &checkCall{done: make(chan struct{})}
-		r.checked[key] = c
-		r.checkMu.Unlock()
-		c.err = r.runChecker(ctx, prep, env, setup)
-		close(c.done)
-		if c.err != nil {
-			// Not kept: a retry (or a trial of a later attempt) asks again.
-			r.checkMu.Lock()
-			delete(r.checked, key)
-			r.checkMu.Unlock()
-		}
-		return c.err
-	}
-	r.checkMu.Unlock()
-	select {
-	case <-c.done:
-		return c.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-type checkCall struct {
-	done chan struct{}
-	err  error
+	return r.checked.Do(ctx, key, func(ctx context.Context) error {
+		return r.runChecker(ctx, prep, env, setup)
+	})
 }
 
 func (r *AgentRunner) runChecker(ctx context.Context, prep *environment.Prepared, env *spec.Environment, setup environment.SetupOptions) error {

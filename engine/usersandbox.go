@@ -52,6 +52,14 @@ func (s userSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	return s.Sandbox.Exec(ctx, req)
 }
 
+// StartService runs as the agent's user too, like its commands.
+func (s userSandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sandbox.Service, error) {
+	if req.User == "" {
+		req.User = s.user
+	}
+	return s.Sandbox.StartService(ctx, req)
+}
+
 // fileOpTimeout bounds one file read or write run as the agent's user.
 const fileOpTimeout = 2 * time.Minute
 

@@ -23,6 +23,7 @@ import (
 
 	"evals.si/egress"
 	"evals.si/image"
+	"evals.si/internal/oncekey"
 	"evals.si/sandbox"
 	"evals.si/spec"
 )
@@ -209,13 +210,8 @@ type Prepared struct {
 	root    sandbox.Config
 	manager *Manager
 
-	mu       sync.Mutex
-	verified map[string]*verifyCall
-}
-
-type verifyCall struct {
-	done chan struct{}
-	err  error
+	// verified are the image_signatures key sets checked against Image.
+	verified oncekey.Group
 }
 
 // Identity is the key that decides whether two environments share setup:
@@ -323,7 +319,7 @@ func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment,
 	if err != nil {
 		return nil, &InfraError{Phase: "sandbox", Err: err}
 	}
-	p := &Prepared{ID: id, Rung: rung, Probes: probes, env: env, manager: m, verified: map[string]*verifyCall{}}
+	p := &Prepared{ID: id, Rung: rung, Probes: probes, env: env, manager: m}
 	workdir := pol.Workdir
 	if workdir == "" {
 		workdir = "/workspace"
@@ -345,9 +341,7 @@ func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment,
 			return nil, &InfraError{Phase: "image", Err: fmt.Errorf("resolving %s: %w", env.Image, err)}
 		}
 		if sig := pol.ImageSignatures; sig != nil && len(sig.Keys) > 0 {
-			c := &verifyCall{done: make(chan struct{})}
-			close(c.done)
-			p.verified[signatureKey(sig)] = c
+			p.verified.Passed(signatureKey(sig))
 		}
 		p.Image = img
 		p.root.Root = img.Root
@@ -553,29 +547,9 @@ func (p *Prepared) verify(ctx context.Context, env *spec.Environment) error {
 	if sig == nil || len(sig.Keys) == 0 || env.Image == "" {
 		return nil
 	}
-	key := signatureKey(sig)
-	p.mu.Lock()
-	c, ok := p.verified[key]
-	if !ok {
-		c = &verifyCall{done: make(chan struct{})}
-		p.verified[key] = c
-		p.mu.Unlock()
-		c.err = p.verifyImage(ctx, env, sig)
-		close(c.done)
-		if c.err != nil {
-			p.mu.Lock()
-			delete(p.verified, key)
-			p.mu.Unlock()
-		}
-		return c.err
-	}
-	p.mu.Unlock()
-	select {
-	case <-c.done:
-		return c.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return p.verified.Do(ctx, signatureKey(sig), func(ctx context.Context) error {
+		return p.verifyImage(ctx, env, sig)
+	})
 }
 
 func (p *Prepared) verifyImage(ctx context.Context, env *spec.Environment, sig *spec.ImageSignatures) error {
