@@ -226,6 +226,9 @@ func TestServiceCannotBeHijacked(t *testing.T) {
 	if _, err := ll.LandlockGetABIVersion(); err != nil {
 		testenv.Missing(t, "Landlock", err.Error())
 	}
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		testenv.Missing(t, "/usr/bin/python3", "the mem and pidfd_getfd probes are python3 programs")
+	}
 	sb := create(t, sandbox.Config{})
 	svc, err := sb.StartService(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo $$ > svcpid; exec sleep 600"}})
 	if err != nil {

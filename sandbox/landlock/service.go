@@ -53,10 +53,11 @@ func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (sa
 		// Closed meanwhile: the holder and this service are gone.
 		s.holdMu.Unlock()
 		l.signal(syscall.SIGKILL)
-	} else {
-		s.services = append(s.services, svc)
-		s.holdMu.Unlock()
+		go svc.wait(cg)
+		return nil, fmt.Errorf("landlock service %q: the sandbox was closed while it started", req.Argv)
 	}
+	s.services = append(s.services, svc)
+	s.holdMu.Unlock()
 	go svc.wait(cg)
 	return svc, nil
 }
