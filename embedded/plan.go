@@ -58,6 +58,7 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 		Name:       s.Name,
 		SpecPath:   specPath(f),
 		Spec:       s,
+		Limits:     engine.LimitsOf(s),
 		Records:    records,
 		Evaluators: evalCfgs,
 		Pass:       passScore(evalCfgs),
@@ -137,15 +138,22 @@ func (a *App) plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 			return nil, SpecError{f.Errorf("environment.checker.parser", "%v", err)}
 		}
 	}
+	var escalation []string
+	if cfg.Escalation != nil {
+		escalation = cfg.Escalation.Allow
+	}
 	p.Runner = &engine.AgentRunner{
-		Spec:       s,
-		Envs:       a.envs,
-		Agent:      ag,
-		Checkers:   checkers,
-		Evaluators: evals,
-		Logger:     a.logger,
-		ProxyDir:   filepath.Join(a.stateDir, "proxy"),
-		User:       user,
+		Environment:     s.Environment,
+		Caps:            s.Caps,
+		Budget:          cfg.Budget,
+		EscalationAllow: escalation,
+		Envs:            a.envs,
+		Agent:           ag,
+		Checkers:        checkers,
+		Evaluators:      evals,
+		Logger:          a.logger,
+		ProxyDir:        filepath.Join(a.stateDir, "proxy"),
+		User:            user,
 	}
 	return p, nil
 }

@@ -6,12 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"reflect"
-	"strings"
 	"sync"
 
 	"evals.si/engine"
-	"evals.si/model"
 	"evals.si/spec"
 	"evals.si/store"
 	"evals.si/trajectory"
@@ -84,67 +81,10 @@ func (r *recorder) registerStored(ctx context.Context, runID string) error {
 	return nil
 }
 
-// runSecrets are the values of every worker variable the spec names: by
-// the spec's convention, a field named api_key_env holds a variable's name,
-// and env_from and *_env maps (headers_env) map to variable names; a model
-// reference without api_key_env reads its connector's default key variable.
-// Walking the spec by that convention, rather than listing today's fields,
-// keeps a new connector or agent kind from being forgotten.
+// runSecrets are the values of every worker variable the spec names (see
+// spec.Spec.SecretNames).
 func runSecrets(s *spec.Spec, getenv func(string) string) []string {
-	var names []string
-	var walk func(v reflect.Value)
-	walk = func(v reflect.Value) {
-		switch v.Kind() {
-		case reflect.Pointer, reflect.Interface:
-			if !v.IsNil() {
-				walk(v.Elem())
-			}
-		case reflect.Slice, reflect.Array:
-			for i := range v.Len() {
-				walk(v.Index(i))
-			}
-		case reflect.Map:
-			for it := v.MapRange(); it.Next(); {
-				walk(it.Value())
-			}
-		case reflect.Struct:
-			if ref, ok := v.Interface().(spec.ModelRef); ok && ref.APIKeyEnv == "" {
-				switch ref.Connector {
-				case model.ConnectorOpenAI:
-					names = append(names, model.DefaultOpenAIKeyEnv)
-				case model.ConnectorAnthropic:
-					names = append(names, model.DefaultAnthropicKeyEnv)
-				}
-			}
-			t := v.Type()
-			for i := range t.NumField() {
-				f := t.Field(i)
-				if !f.IsExported() {
-					continue
-				}
-				tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-				fv := v.Field(i)
-				switch {
-				case tag == "api_key_env" && fv.Kind() == reflect.String:
-					names = append(names, fv.String())
-				case (tag == "env_from" || strings.HasSuffix(tag, "_env")) && fv.Kind() == reflect.Map && fv.Type().Elem().Kind() == reflect.String:
-					for it := fv.MapRange(); it.Next(); {
-						names = append(names, it.Value().String())
-					}
-				default:
-					walk(fv)
-				}
-			}
-		}
-	}
-	walk(reflect.ValueOf(s))
-	var values []string
-	for _, n := range names {
-		if v := getenv(n); v != "" {
-			values = append(values, v)
-		}
-	}
-	return values
+	return s.SecretValues(getenv)
 }
 
 func (r *recorder) FinishRun(ctx context.Context, runID, status string, sum *engine.Summary, errMsg string) error {

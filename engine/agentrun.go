@@ -27,7 +27,15 @@ import (
 // AgentRunner runs an agent trial: environment → sandbox → agent → diff →
 // checker → evaluators.
 type AgentRunner struct {
-	Spec       *spec.Spec
+	// Environment is the spec's environment, the ceiling of every
+	// record's; nil means the defaults.
+	Environment *spec.Environment
+	// Caps bound command output (and the trial's memory, see Limits).
+	Caps *spec.Caps
+	// Budget is the built-in harness's per-trial budget, for efficiency
+	// scores; EscalationAllow the escalation kinds it grants.
+	Budget          *spec.Budget
+	EscalationAllow []string
 	Envs       *environment.Manager
 	Agent      agent.Agent
 	Checkers   *checker.Registry
@@ -56,7 +64,7 @@ type taskUser interface {
 func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome, error) {
 	// The spec's environment is the ceiling of every record's; with none
 	// the defaults are (a nil base would check nothing).
-	base := r.Spec.Environment
+	base := r.Environment
 	if base == nil {
 		base = &spec.Environment{}
 		base.ApplyDefaults()
@@ -74,7 +82,7 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 		env = s.ShapeEnvironment(env)
 	}
 	m := meterFrom(ctx)
-	outputLimit := r.Spec.Caps.CommandOutputBytes()
+	outputLimit := r.Caps.CommandOutputBytes()
 	// Setup commands run inside Prepare, and in NewSandbox when the rung
 	// cannot snapshot.
 	setup := environment.SetupOptions{OutputLimit: outputLimit}
@@ -224,10 +232,7 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 		o.Verdict = res.Verdict
 		_ = tc.Emit.Emit(trajectory.Event{Kind: trajectory.KindChecker, Checker: o.Verdict})
 	}
-	var budget *spec.Budget
-	if h := r.Spec.Harness; h != nil && h.Builtin != nil {
-		budget = h.Builtin.Budget
-	}
+	budget := r.Budget
 	events, err := r.collect(tc)
 	if err != nil {
 		return nil, err
@@ -361,7 +366,7 @@ func (r *AgentRunner) runChecker(ctx context.Context, prep *environment.Prepared
 		return err
 	}
 	defer raw.Close(context.WithoutCancel(ctx))
-	sb := cappedSandbox{Sandbox: raw, outputLimit: r.Spec.Caps.CommandOutputBytes()}
+	sb := cappedSandbox{Sandbox: raw, outputLimit: r.Caps.CommandOutputBytes()}
 	// As after an agent that changed nothing: an empty patch.
 	_, err = checker.Run(ctx, sb, checkerConfig(env, ""), prep.Workdir, r.Checkers)
 	var ie *checker.InfraError
@@ -408,10 +413,7 @@ type policySetter interface {
 // proxy, which every rung reaches the same way; any other needs a rung
 // that can widen its policy mid-trial.
 func (r *AgentRunner) escalate(sb sandbox.Sandbox, pol sandbox.Policy, proxies *proxySet, phase *egress.Proxy, onEvent func(egress.Event)) func(ctx context.Context, kind, reason string) (bool, error) {
-	var allow []string
-	if h := r.Spec.Harness; h != nil && h.Builtin != nil && h.Builtin.Escalation != nil {
-		allow = h.Builtin.Escalation.Allow
-	}
+	allow := r.EscalationAllow
 	var mu sync.Mutex
 	widened := false
 	return func(ctx context.Context, kind, reason string) (bool, error) {

@@ -141,9 +141,12 @@ type Engine struct {
 type Plan struct {
 	Name     string
 	SpecPath string
-	Spec     *spec.Spec
-	Records  []spec.Record
-	Runner   TrialRunner
+	// Spec is the run spec as run, stored with the run; the engine reads
+	// only Limits.
+	Spec    *spec.Spec
+	Limits  Limits
+	Records []spec.Record
+	Runner  TrialRunner
 	// Evaluators are the evaluator configs in effect (the spec's, or the
 	// defaults), in the order of each outcome's Evaluations.
 	Evaluators []spec.Evaluator
@@ -154,6 +157,37 @@ type Plan struct {
 	// Providers, when set, reports the model providers' adaptive limits
 	// for live progress.
 	Providers func() []model.LimiterState
+}
+
+// Limits are the run-wide numbers a worker schedules by, resolved from the
+// spec once (defaults applied) by the planner.
+type Limits struct {
+	// Trials per record (at least 1).
+	Trials int
+	// Concurrency caps the run's attempts in flight (at least 1).
+	Concurrency int
+	// Retries is how often an errored attempt is run again.
+	Retries int
+	// TrialTimeout bounds one attempt.
+	TrialTimeout time.Duration
+	// Caps bound what a trial holds in memory.
+	Caps *spec.Caps
+}
+
+// LimitsOf resolves a spec's limits with the defaults: trials 1,
+// concurrency 2 per CPU, retries 2, trial_timeout 30m.
+func LimitsOf(s *spec.Spec) Limits {
+	l := Limits{Trials: max(s.Trials, 1), Concurrency: s.Concurrency, Retries: 2, TrialTimeout: s.TrialTimeout.D(), Caps: s.Caps}
+	if l.Concurrency <= 0 {
+		l.Concurrency = 2 * runtime.NumCPU()
+	}
+	if s.Retries != nil {
+		l.Retries = *s.Retries
+	}
+	if l.TrialTimeout <= 0 {
+		l.TrialTimeout = 30 * time.Minute
+	}
+	return l
 }
 
 // Resume continues a run that was interrupted or killed. The caller has
@@ -205,19 +239,8 @@ type trialKey struct {
 // (status interrupted); an error means the run could not be recorded.
 func (e *Engine) Run(ctx context.Context, p *Plan) (*Summary, error) {
 	s := p.Spec
-	trials := max(s.Trials, 1)
-	conc := s.Concurrency
-	if conc <= 0 {
-		conc = 2 * runtime.NumCPU()
-	}
-	retries := 2
-	if s.Retries != nil {
-		retries = *s.Retries
-	}
-	timeout := s.TrialTimeout.D()
-	if timeout <= 0 {
-		timeout = 30 * time.Minute
-	}
+	lim := p.Limits
+	trials, conc, retries, timeout := lim.Trials, lim.Concurrency, lim.Retries, lim.TrialTimeout
 	var (
 		runID string
 		done  = map[trialKey]bool{}
@@ -398,7 +421,7 @@ func (e *Engine) runTrial(ctx context.Context, log *slog.Logger, p *Plan, runID 
 		// Events stream to the store through the journal and are also kept,
 		// large texts cut, for the evaluators of this trial.
 		jr := newJournal(ctx, e.Recorder, trialID)
-		mem := newMemoryBudget(p.Spec.Caps)
+		mem := newMemoryBudget(p.Limits.Caps)
 		var (
 			evMu   sync.Mutex
 			events []trajectory.Event

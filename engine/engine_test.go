@@ -35,7 +35,7 @@ func TestSummarySpendIncludesRetries(t *testing.T) {
 	retries := 2
 	p := &Plan{
 		Name: "spend",
-		Spec: &spec.Spec{Retries: &retries, Concurrency: 1},
+		Spec: &spec.Spec{Retries: &retries, Concurrency: 1}, Limits: LimitsOf(&spec.Spec{Retries: &retries, Concurrency: 1}),
 		Records: []spec.Record{
 			{ID: "ok"},    // one attempt: 50 tokens, $0.005
 			{ID: "retry"}, // one failed (100, $0.01), then 50, $0.005

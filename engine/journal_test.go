@@ -109,7 +109,7 @@ func TestTrialWithUnrecordedTrajectoryErrors(t *testing.T) {
 	zero := 0
 	e := &Engine{Recorder: rec}
 	p := &Plan{
-		Spec:    &spec.Spec{Trials: 1, Retries: &zero},
+		Spec: &spec.Spec{Trials: 1, Retries: &zero}, Limits: LimitsOf(&spec.Spec{Trials: 1, Retries: &zero}),
 		Records: []spec.Record{{ID: "a"}},
 		Runner: runnerFunc(func(ctx context.Context, tc *TrialContext) (*Outcome, error) {
 			_ = tc.Emit.Emit(trajectory.Event{Kind: trajectory.KindLog, Log: &trajectory.Log{Text: "hi"}})
@@ -227,7 +227,7 @@ func TestTrialMemoryBudgetInEngine(t *testing.T) {
 	const n, size = 300, 64 << 10
 	var held int
 	p := &Plan{
-		Spec:    &spec.Spec{Trials: 1, Retries: &zero, Caps: &spec.Caps{TrialMemoryMB: 1}},
+		Spec: &spec.Spec{Trials: 1, Retries: &zero, Caps: &spec.Caps{TrialMemoryMB: 1}}, Limits: LimitsOf(&spec.Spec{Trials: 1, Retries: &zero, Caps: &spec.Caps{TrialMemoryMB: 1}}),
 		Records: []spec.Record{{ID: "a"}},
 		Runner: runnerFunc(func(ctx context.Context, tc *TrialContext) (*Outcome, error) {
 			for range n {

@@ -99,7 +99,7 @@ func newRunnerWith(t *testing.T, m *environment.Manager, env *spec.Environment, 
 		pass := res.ExitCode == 0
 		return checker.Verdict{Pass: pass, Score: map[bool]float64{true: 1}[pass], Details: "args " + string(args)}, nil
 	})
-	return &AgentRunner{Spec: &spec.Spec{Environment: env}, Envs: m, Agent: ag, Checkers: reg, ProxyDir: t.TempDir()}
+	return &AgentRunner{Environment: env, Envs: m, Agent: ag, Checkers: reg, ProxyDir: t.TempDir()}
 }
 
 func (r *AgentRunner) trial(t *testing.T) (*Outcome, *trialRun, error) {

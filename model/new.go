@@ -25,8 +25,8 @@ const (
 	DefaultMaxRetries      = 4
 	DefaultOpenAIBaseURL   = "https://api.openai.com/v1"
 	DefaultAnthropicURL    = "https://api.anthropic.com"
-	DefaultOpenAIKeyEnv    = "OPENAI_API_KEY"
-	DefaultAnthropicKeyEnv = "ANTHROPIC_API_KEY"
+	DefaultOpenAIKeyEnv    = spec.DefaultOpenAIKeyEnv
+	DefaultAnthropicKeyEnv = spec.DefaultAnthropicKeyEnv
 	// DefaultAnthropicMaxTokens is sent when neither the request nor the
 	// ModelRef sets max_tokens: the Messages API requires the field.
 	DefaultAnthropicMaxTokens = 8192

@@ -80,9 +80,9 @@ func TestValidateErrors(t *testing.T) {
 		want      []string
 	}{
 		{"no dataset source", "dataset: {}\n" + tgt,
-			[]string{`t.yaml:1:1: dataset needs records, path or uri; give inline records, a JSONL path, or a uri`}},
+			[]string{`t.yaml:1:1: dataset needs records, path, uri, run or traces; give inline records, a JSONL path, a uri, a run or traces`}},
 		{"two dataset sources", "dataset: {path: a.jsonl, uri: 'x://y'}\n" + tgt,
-			[]string{`t.yaml:1:31: dataset has both path and uri; use exactly one of records, path or uri`}},
+			[]string{`t.yaml:1:31: dataset has both path and uri; use exactly one of records, path, uri, run or traces`}},
 		{"empty records", "dataset: {records: []}\n" + tgt,
 			[]string{`t.yaml:1:11: dataset.records is empty; add records, or use path or uri`}},
 		{"uri without scheme", "dataset: {uri: nothing}\n" + tgt,

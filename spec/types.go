@@ -65,6 +65,48 @@ type Dataset struct {
 	Path    string   `json:"path,omitempty"`
 	// URI names a registered scheme, e.g. swebench://data/test.parquet?instances=a,b.
 	URI string `json:"uri,omitempty"`
+	// Run takes the records of another run (its inputs, with its outputs in
+	// metadata), for re-scoring and regression loops.
+	Run *RunDataset `json:"run,omitempty"`
+	// Traces builds records from production traces in a trace backend.
+	Traces *TracesDataset `json:"traces,omitempty"`
+}
+
+// RunDataset is dataset: {run: {run_id, trial, all_trials}}: one record per
+// record of the run, from trial Trial (default 0), or one per trial with
+// AllTrials (ids <record>#<trial>).
+type RunDataset struct {
+	RunID     string `json:"run_id"`
+	Trial     *int   `json:"trial,omitempty"`
+	AllTrials bool   `json:"all_trials,omitempty"`
+}
+
+// TracesDataset is dataset: {traces: {service, policy, filter, lookback}}:
+// one record per trace of Service within Lookback, read from a Jaeger query
+// endpoint (URL) or OTLP JSON files (File, the OTel Collector file
+// exporter's format), kept when Filter (CEL over the trace's root span)
+// holds and Policy samples it.
+type TracesDataset struct {
+	Service string `json:"service"`
+	// URL is the Jaeger query API's base URL (http://host:16686); File is
+	// an OTLP JSON lines file or directory. Exactly one.
+	URL  string `json:"url,omitempty"`
+	File string `json:"file,omitempty"`
+	// Filter is a CEL expression over span (name, attributes, status,
+	// duration_ms, ...); empty keeps every trace.
+	Filter string `json:"filter,omitempty"`
+	// Lookback bounds how far back traces are read (default 24h).
+	Lookback Duration     `json:"lookback,omitempty"`
+	Policy   *TracePolicy `json:"policy,omitempty"`
+}
+
+// TracePolicy samples traces reproducibly: a trace is kept when the hash
+// of its trace id falls below Sample (default 1, all), up to Limit.
+type TracePolicy struct {
+	Sample *float64 `json:"sample,omitempty"`
+	Limit  int      `json:"limit,omitempty"`
+	// ErrorsOnly keeps only traces whose root span has status error.
+	ErrorsOnly bool `json:"errors_only,omitempty"`
 }
 
 // Record is one task or prompt.

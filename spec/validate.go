@@ -231,15 +231,47 @@ func (v *validator) dataset(d *Dataset) {
 	if d.URI != "" {
 		set = append(set, "uri")
 	}
+	if d.Run != nil {
+		set = append(set, "run")
+		if strings.TrimSpace(d.Run.RunID) == "" {
+			v.add("dataset.run.run_id", "name the run whose records to take (evalsi runs list)", "dataset.run needs run_id")
+		}
+		if d.Run.Trial != nil && *d.Run.Trial < 0 {
+			v.add("dataset.run.trial", "trials count from 0", "dataset.run.trial %d is negative", *d.Run.Trial)
+		}
+		if d.Run.Trial != nil && d.Run.AllTrials {
+			v.add("dataset.run.all_trials", "use trial or all_trials, not both", "dataset.run has both trial and all_trials")
+		}
+	}
+	if t := d.Traces; t != nil {
+		set = append(set, "traces")
+		if strings.TrimSpace(t.Service) == "" {
+			v.add("dataset.traces.service", "name the service whose traces to read", "dataset.traces needs service")
+		}
+		if (t.URL == "") == (t.File == "") {
+			v.add("dataset.traces", "give url (a Jaeger query endpoint) or file (OTLP JSON), not both", "dataset.traces needs exactly one of url or file")
+		}
+		if t.Lookback < 0 {
+			v.add("dataset.traces.lookback", "write a positive duration such as 24h", "dataset.traces.lookback is negative")
+		}
+		if p := t.Policy; p != nil {
+			if p.Sample != nil && (*p.Sample < 0 || *p.Sample > 1) {
+				v.add("dataset.traces.policy.sample", "a rate from 0 to 1", "dataset.traces.policy.sample %v is outside 0..1", *p.Sample)
+			}
+			if p.Limit < 0 {
+				v.add("dataset.traces.policy.limit", "0 means no limit", "dataset.traces.policy.limit is negative")
+			}
+		}
+	}
 	switch len(set) {
 	case 0:
-		v.add("dataset", "give inline records, a JSONL path, or a uri", "dataset needs records, path or uri")
+		v.add("dataset", "give inline records, a JSONL path, a uri, a run or traces", "dataset needs records, path, uri, run or traces")
 	case 1:
 		if d.Records != nil && len(d.Records) == 0 {
 			v.add("dataset.records", "add records, or use path or uri", "dataset.records is empty")
 		}
 	default:
-		v.add("dataset."+set[1], "use exactly one of records, path or uri", "dataset has both %s and %s", set[0], set[1])
+		v.add("dataset."+set[1], "use exactly one of records, path, uri, run or traces", "dataset has both %s and %s", set[0], set[1])
 	}
 	if d.URI != "" {
 		if u, err := url.Parse(d.URI); err != nil || u.Scheme == "" {

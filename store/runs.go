@@ -36,6 +36,13 @@ type Run struct {
 	// until then. Per-trial data stays the source of truth.
 	Summary json.RawMessage
 	Error   string
+	// Project owns the run on a server ("" in embedded mode).
+	Project string
+	// MaxRunning caps the run's attempts leased at once (0: no cap).
+	MaxRunning int
+	// DatasetVersion identifies the dataset the run used (a content digest
+	// of a datasets_dir file, a run id, ...), "" when not known.
+	DatasetVersion string
 }
 
 // DecodeSpec parses the stored spec.
@@ -56,6 +63,10 @@ type RunInput struct {
 	Name     string
 	Spec     *spec.Spec
 	SpecPath string
+	// Project, MaxRunning and DatasetVersion are stored as given (see Run).
+	Project        string
+	MaxRunning     int
+	DatasetVersion string
 }
 
 // ListRunsOptions filters and pages ListRuns. Runs come newest first.
@@ -66,6 +77,8 @@ type ListRunsOptions struct {
 	Status string
 	// Name, when set, keeps runs with exactly that name.
 	Name string
+	// Project, when set, keeps runs of that project.
+	Project string
 	// Before, when set, is a run id: only runs listed after it (older) are
 	// returned. Pass the last id of a page to get the next page.
 	Before string

@@ -51,6 +51,13 @@ type Trial struct {
 	// final attempt's. Zero for trials recorded without them.
 	SpendUsage   trajectory.Usage
 	SpendCostUSD float64
+	// RetriesUsed counts earlier attempts that errored and were retried.
+	RetriesUsed int
+	// LeaseOwner, LeaseUntil and LeaseEpoch are the last lease on the
+	// attempt (see Queue).
+	LeaseOwner string
+	LeaseUntil time.Time
+	LeaseEpoch int64
 
 	CreatedAt  time.Time
 	StartedAt  time.Time
