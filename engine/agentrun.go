@@ -36,11 +36,11 @@ type AgentRunner struct {
 	// scores; EscalationAllow the escalation kinds it grants.
 	Budget          *spec.Budget
 	EscalationAllow []string
-	Envs       *environment.Manager
-	Agent      agent.Agent
-	Checkers   *checker.Registry
-	Evaluators []evaluate.Evaluator
-	Logger     *slog.Logger
+	Envs            *environment.Manager
+	Agent           agent.Agent
+	Checkers        *checker.Registry
+	Evaluators      []evaluate.Evaluator
+	Logger          *slog.Logger
 	// ProxyDir holds egress proxies' unix sockets, each proxy's in a
 	// directory of its own.
 	ProxyDir string
