@@ -35,7 +35,27 @@ func (f SourceFunc) Records(ctx context.Context, u *url.URL, baseDir string) ([]
 // the importers it has; there is no global registry.
 type Registry struct {
 	sources map[string]Source
+	runs    RunRecords
+	traces  TraceRecords
 }
+
+// RunRecords serves dataset: {run: ...}: the records of another run. Hosts
+// that have a store set one (ServeRuns).
+type RunRecords interface {
+	RunRecords(ctx context.Context, d spec.RunDataset) ([]spec.Record, error)
+}
+
+// TraceRecords serves dataset: {traces: ...}: records built from a trace
+// backend's traces. baseDir resolves a relative traces.file.
+type TraceRecords interface {
+	TraceRecords(ctx context.Context, d spec.TracesDataset, baseDir string) ([]spec.Record, error)
+}
+
+// ServeRuns makes src serve dataset: {run: ...}.
+func (r *Registry) ServeRuns(src RunRecords) { r.runs = src }
+
+// ServeTraces makes src serve dataset: {traces: ...}.
+func (r *Registry) ServeTraces(src TraceRecords) { r.traces = src }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry { return &Registry{sources: map[string]Source{}} }
@@ -108,8 +128,26 @@ func (r *Registry) Load(ctx context.Context, f *spec.File) ([]spec.Record, error
 			return nil, fmt.Errorf("dataset %s: %w", d.URI, err)
 		}
 		return recs, nil
+	case d.Run != nil:
+		if r.runs == nil {
+			return nil, f.Errorf("dataset.run", "dataset: {run} is not available here (it needs the store of the run)")
+		}
+		recs, err := r.runs.RunRecords(ctx, *d.Run)
+		if err != nil {
+			return nil, fmt.Errorf("%v: %w", f.Errorf("dataset.run", "loading the records of run %s", d.Run.RunID), err)
+		}
+		return recs, checkIDs(recs)
+	case d.Traces != nil:
+		if r.traces == nil {
+			return nil, f.Errorf("dataset.traces", "dataset: {traces} is not available here")
+		}
+		recs, err := r.traces.TraceRecords(ctx, *d.Traces, f.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("%v: %w", f.Errorf("dataset.traces", "loading traces of service %s", d.Traces.Service), err)
+		}
+		return recs, checkIDs(recs)
 	}
-	return nil, f.Errorf("dataset", "dataset needs records, path or uri")
+	return nil, f.Errorf("dataset", "dataset needs records, path, uri, run or traces")
 }
 
 // checkIDs reports records without an id, or with one used before.
