@@ -157,6 +157,9 @@ type Plan struct {
 	// Providers, when set, reports the model providers' adaptive limits
 	// for live progress.
 	Providers func() []model.LimiterState
+	// Close, when set, releases what the plan holds (an external harness
+	// it started); called once when the plan is no longer used.
+	Close func()
 }
 
 // Limits are the run-wide numbers a worker schedules by, resolved from the
