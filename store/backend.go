@@ -73,8 +73,9 @@ type Queue interface {
 	// Complete records the attempt's end in one transaction: its result,
 	// scores, evaluator results and artifacts. With Retry (an errored
 	// attempt to run again) it also inserts the next attempt, pending, with
-	// RetriesUsed one higher and the spend carried. Nothing is written when
-	// the lease is lost.
+	// RetriesUsed one higher and the spend carried. An errored attempt keeps
+	// no verdict; a score or artifact named twice is refused. Nothing is
+	// written when the lease is lost or anything of it fails.
 	Complete(ctx context.Context, l Lease, c Completion) error
 	// Requeue takes back running attempts whose lease ended before
 	// req.Expired (or every running attempt of req.RunID, with All): each
@@ -109,11 +110,12 @@ type EventLog interface {
 type Results interface {
 	PutScores(ctx context.Context, trialID string, scores []Score) error
 	TrialScores(ctx context.Context, trialID string) ([]Score, error)
-	// Scores returns the scores of the run's current attempts by trial id.
+	// Scores returns the scores of every attempt of the run, by attempt
+	// (trial) id; callers pick the attempts they show.
 	Scores(ctx context.Context, runID string) (map[string][]Score, error)
 	PutEvaluations(ctx context.Context, trialID string, results json.RawMessage) error
-	// Evaluations returns the evaluator results of the run's attempts by
-	// trial id.
+	// Evaluations returns the evaluator results of every attempt of the
+	// run, by attempt (trial) id.
 	Evaluations(ctx context.Context, runID string) (map[string]json.RawMessage, error)
 	PutArtifact(ctx context.Context, trialID, name, mediaType string, r io.Reader) (Artifact, error)
 	Artifacts(ctx context.Context, trialID string) ([]Artifact, error)

@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -76,7 +78,11 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	latest := ms[len(ms)-1].version
 	for _, m := range ms {
-		err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		write := s.write
+		if strings.HasPrefix(m.sql, foreignKeysOff) {
+			write = s.writeWithoutForeignKeys
+		}
+		err := write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 			var maxV sql.NullInt64
 			if err := tx.QueryRowContext(ctx, "SELECT max(version) FROM schema_migrations").Scan(&maxV); err != nil {
 				return err
@@ -112,4 +118,62 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("reading schema version: %w", err)
 	}
 	return int(v.Int64), nil
+}
+
+// foreignKeysOff starts a migration that rebuilds a table other tables
+// reference (SQLite's twelve-step ALTER TABLE procedure): with foreign keys
+// enforced, dropping the old table would cascade-delete the referencing
+// rows, and PRAGMA foreign_keys cannot change inside a transaction.
+const foreignKeysOff = "-- evalsi:foreign-keys-off\n"
+
+// writeWithoutForeignKeys runs fn in a transaction on one connection with
+// foreign key enforcement off, and commits only when PRAGMA
+// foreign_key_check finds nothing dangling. It holds the writer slot, so no
+// group-committed write runs meanwhile, and turns enforcement back on before
+// the connection returns to the pool (or discards the connection).
+func (s *Store) writeWithoutForeignKeys(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	select {
+	case s.wsem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.wsem }()
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "PRAGMA foreign_keys = OFF"); err != nil {
+		return fmt.Errorf("turning foreign keys off: %w", err)
+	}
+	defer func() {
+		if _, ferr := conn.ExecContext(context.WithoutCancel(ctx), "PRAGMA foreign_keys = ON"); ferr != nil {
+			// Never pool a connection that does not enforce foreign keys.
+			conn.Raw(func(any) error { return driver.ErrBadConn })
+			if err == nil {
+				err = fmt.Errorf("turning foreign keys back on: %w", ferr)
+			}
+		}
+	}()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("beginning transaction: %w", err)
+	}
+	defer tx.Rollback()
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	rows, err := tx.QueryContext(ctx, "PRAGMA foreign_key_check")
+	if err != nil {
+		return fmt.Errorf("checking foreign keys: %w", err)
+	}
+	dangling := rows.Next()
+	rows.Close()
+	if dangling {
+		return errors.New("checking foreign keys: rows reference missing parents; the database is left as it was")
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("checking foreign keys: %w", err)
+	}
+	return tx.Commit()
 }

@@ -17,16 +17,21 @@ const Redacted = "[redacted]"
 // flag such as "1") would garble every record while protecting nothing.
 const MinSecretLen = 6
 
-// redactor holds the secret values known to the store and the forms they
-// take in stored text: as they are, JSON-escaped (with and without Go's
-// HTML escaping) and Go-quoted, since events and details are stored as JSON
-// and errors quote what they name.
-type redactor struct {
+// Redaction holds the secret values no stored text may contain and the
+// forms they take in stored text: as they are, JSON-escaped (with and without
+// Go's HTML escaping) and Go-quoted, since events and details are stored as
+// JSON and errors quote what they name. Every store (the SQLite *Store,
+// postgres.Store) passes everything it writes through one. The zero value
+// redacts nothing; it is safe for concurrent use.
+type Redaction struct {
 	mu       sync.RWMutex
 	secrets  map[string]bool
 	forms    []string // every form of every secret, longest first
 	replacer *strings.Replacer
 }
+
+// redactor is the SQLite store's name for its Redaction.
+type redactor = Redaction
 
 // AddSecrets registers values that must never be stored: from then on,
 // every text the store writes (events, trial outputs and errors, records,
@@ -35,8 +40,10 @@ type redactor struct {
 // whichever path wrote it. The engine registers the run's env_from values
 // and the provider API keys it holds before the run writes anything.
 // Values shorter than MinSecretLen are ignored. Safe for concurrent use.
-func (s *Store) AddSecrets(values ...string) {
-	r := &s.redact
+func (s *Store) AddSecrets(values ...string) { s.redact.AddSecrets(values...) }
+
+// AddSecrets registers values to redact from then on (see Store.AddSecrets).
+func (r *Redaction) AddSecrets(values ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	changed := false
@@ -81,6 +88,11 @@ func (s *Store) AddSecrets(values ...string) {
 // redacted: for comparing something with what the store holds.
 func (s *Store) RedactJSON(b []byte) []byte { return s.redact.json(b) }
 
+// text, json and reader are the SQLite store's short names.
+func (r *Redaction) text(s string) string           { return r.Text(s) }
+func (r *Redaction) json(b []byte) []byte           { return r.JSON(b) }
+func (r *Redaction) reader(src io.Reader) io.Reader { return r.Reader(src) }
+
 func secretForms(v string) []string {
 	forms := []string{v}
 	if b, err := json.Marshal(v); err == nil {
@@ -97,14 +109,14 @@ func secretForms(v string) []string {
 	return append(forms, q[1:len(q)-1])
 }
 
-func (r *redactor) state() (*strings.Replacer, []string) {
+func (r *Redaction) state() (*strings.Replacer, []string) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.replacer, r.forms
 }
 
-// text redacts a stored string.
-func (r *redactor) text(s string) string {
+// Text redacts a string to be stored.
+func (r *Redaction) Text(s string) string {
 	rep, _ := r.state()
 	if rep == nil {
 		return s
@@ -112,10 +124,11 @@ func (r *redactor) text(s string) string {
 	return rep.Replace(s)
 }
 
-// json redacts stored JSON and keeps it valid JSON: a secret is replaced
-// inside the string it is part of, and when one also matched outside any
-// string (a number that happens to equal it), only strings are redacted.
-func (r *redactor) json(b []byte) []byte {
+// JSON redacts JSON to be stored and keeps it valid JSON: a secret is
+// replaced inside the string it is part of, and when one also matched
+// outside any string (a number that happens to equal it), only strings are
+// redacted.
+func (r *Redaction) JSON(b []byte) []byte {
 	rep, forms := r.state()
 	if rep == nil || len(b) == 0 || !containsAny(b, forms) {
 		return b
@@ -166,10 +179,11 @@ func containsAny(b []byte, forms []string) bool {
 	return false
 }
 
-// reader redacts a stream in constant memory: it holds back the last
+// Reader redacts a stream in constant memory: it holds back the last
 // (longest form − 1) bytes of what it has read, where a secret could still
-// begin, until more input or the end shows what they are.
-func (r *redactor) reader(src io.Reader) io.Reader {
+// begin, until more input or the end shows what they are. The secrets are
+// those registered when Reader is called.
+func (r *Redaction) Reader(src io.Reader) io.Reader {
 	_, forms := r.state()
 	if len(forms) == 0 {
 		return src

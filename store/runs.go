@@ -84,7 +84,7 @@ type ListRunsOptions struct {
 	Before string
 }
 
-const runColumns = "id, name, spec, spec_path, status, created_at, finished_at, summary, error"
+const runColumns = "id, name, spec, spec_path, status, created_at, finished_at, summary, error, project, max_running, dataset_version"
 
 func validRunStatus(s string) bool {
 	switch s {
@@ -112,14 +112,20 @@ func (s *Store) CreateRun(ctx context.Context, in RunInput) (Run, error) {
 			return Run{}, fmt.Errorf("creating run: %w", err)
 		}
 	}
+	if in.MaxRunning < 0 {
+		return Run{}, fmt.Errorf("creating run: max running %d is negative (0 means no cap)", in.MaxRunning)
+	}
 	now := time.Now().UTC()
 	in.Name, in.SpecPath = s.redact.text(in.Name), s.redact.text(in.SpecPath)
 	r := Run{
-		Name:      in.Name,
-		Spec:      specJSON,
-		SpecPath:  in.SpecPath,
-		Status:    RunRunning,
-		CreatedAt: now,
+		Name:           in.Name,
+		Spec:           specJSON,
+		SpecPath:       in.SpecPath,
+		Status:         RunRunning,
+		CreatedAt:      now,
+		Project:        in.Project,
+		MaxRunning:     in.MaxRunning,
+		DatasetVersion: s.redact.text(in.DatasetVersion),
 	}
 	// A generated id collides only if two runs start in the same second and
 	// draw the same 24 random bits; try again then.
@@ -129,8 +135,8 @@ func (s *Store) CreateRun(ctx context.Context, in RunInput) (Run, error) {
 			r.ID = newID("r", now)
 		}
 		err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, "INSERT INTO runs ("+runColumns+") VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, '')",
-				r.ID, r.Name, string(r.Spec), r.SpecPath, r.Status, formatTime(r.CreatedAt))
+			_, err := tx.ExecContext(ctx, "INSERT INTO runs ("+runColumns+") VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, '', ?, ?, ?)",
+				r.ID, r.Name, string(r.Spec), r.SpecPath, r.Status, formatTime(r.CreatedAt), r.Project, r.MaxRunning, r.DatasetVersion)
 			return err
 		})
 		if err == nil {
@@ -237,6 +243,10 @@ func (s *Store) ListRuns(ctx context.Context, opt ListRunsOptions) ([]Run, error
 		where = append(where, "name = ?")
 		args = append(args, opt.Name)
 	}
+	if opt.Project != "" {
+		where = append(where, "project = ?")
+		args = append(args, opt.Project)
+	}
 	if opt.Before != "" {
 		var created string
 		err := s.db.QueryRowContext(ctx, "SELECT created_at FROM runs WHERE id = ?", opt.Before).Scan(&created)
@@ -279,7 +289,8 @@ func scanRuns(rows *sql.Rows) ([]Run, error) {
 			created           sql.NullString
 			finished, summary sql.NullString
 		)
-		if err := rows.Scan(&r.ID, &r.Name, &spec, &r.SpecPath, &r.Status, &created, &finished, &summary, &r.Error); err != nil {
+		if err := rows.Scan(&r.ID, &r.Name, &spec, &r.SpecPath, &r.Status, &created, &finished, &summary, &r.Error,
+			&r.Project, &r.MaxRunning, &r.DatasetVersion); err != nil {
 			return nil, err
 		}
 		r.Spec = json.RawMessage(spec)

@@ -104,7 +104,7 @@ func TestListRunsOrderAndFilters(t *testing.T) {
 		if i%2 == 1 {
 			name = "odd"
 		}
-		r, err := s.CreateRun(ctx, RunInput{Name: name})
+		r, err := s.CreateRun(ctx, RunInput{Name: name, Project: []string{"p1", "p2", "p3"}[i%3]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,6 +135,9 @@ func TestListRunsOrderAndFilters(t *testing.T) {
 		{"status", ListRunsOptions{Status: RunFailed}, []string{created[2]}},
 		{"name", ListRunsOptions{Name: "odd"}, []string{created[5], created[3], created[1]}},
 		{"name and status", ListRunsOptions{Name: "odd", Status: RunFailed}, nil},
+		{"project", ListRunsOptions{Project: "p2"}, []string{created[4], created[1]}},
+		{"project and name", ListRunsOptions{Project: "p1", Name: "even"}, []string{created[6], created[0]}},
+		{"unknown project", ListRunsOptions{Project: "p9"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -190,5 +193,31 @@ func TestFinishAndResumeRun(t *testing.T) {
 	}
 	if res.Status != RunRunning || res.Error != "" || !res.FinishedAt.IsZero() {
 		t.Errorf("resumed run = %+v", res)
+	}
+}
+
+func TestRunServerFieldsRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	in := RunInput{Name: "srv", Project: "team-a", MaxRunning: 4, DatasetVersion: "sha256:abc"}
+	r, err := s.CreateRun(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetRun(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, err := s.ListRuns(ctx, ListRunsOptions{Project: "team-a"})
+	if err != nil || len(listed) != 1 {
+		t.Fatalf("ListRuns = %v, %v", listed, err)
+	}
+	for what, run := range map[string]Run{"CreateRun": r, "GetRun": got, "ListRuns": listed[0]} {
+		if run.Project != in.Project || run.MaxRunning != in.MaxRunning || run.DatasetVersion != in.DatasetVersion {
+			t.Errorf("%s = project %q, max running %d, dataset version %q; want %+v", what, run.Project, run.MaxRunning, run.DatasetVersion, in)
+		}
+	}
+	if _, err := s.CreateRun(ctx, RunInput{MaxRunning: -1}); err == nil {
+		t.Error("CreateRun with a negative MaxRunning succeeded")
 	}
 }

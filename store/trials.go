@@ -12,7 +12,8 @@ import (
 )
 
 // Trial statuses. pending and running are unfinished (resume reruns them);
-// finished and errored are terminal.
+// finished and errored are terminal; so is TrialLost (backend.go), an
+// attempt a later attempt replaced.
 const (
 	TrialPending  = "pending"
 	TrialRunning  = "running"
@@ -20,14 +21,14 @@ const (
 	TrialErrored  = "errored"  // an infrastructure error prevented a verdict
 )
 
-// Trial is one execution of one record (trial index Trial of the record).
+// Trial is one attempt at one trial (trial index Trial of one record).
 type Trial struct {
 	ID       string
 	RunID    string
 	RecordID string
 	// Trial is the 0-based trial index of the record.
 	Trial int
-	// Attempt counts executions of this trial, from 1; ResetTrial bumps it.
+	// Attempt counts attempts at this trial, from 1, lost ones included.
 	Attempt int
 	Status  string
 	// Passed is the checker's verdict on a finished trial; nil when there is
@@ -94,7 +95,8 @@ type TrialResult struct {
 
 const trialColumns = `id, run_id, record_id, trial, attempt, status, passed, error_kind, error, record,
 	output, output_blob, isolation, input_tokens, output_tokens, cost_usd,
-	spend_input_tokens, spend_output_tokens, spend_cost_usd, created_at, started_at, finished_at`
+	spend_input_tokens, spend_output_tokens, spend_cost_usd, retries_used, lease_owner, lease_until, lease_epoch,
+	created_at, started_at, finished_at`
 
 func (in TrialInput) validate() error {
 	if in.RunID == "" {
@@ -114,8 +116,9 @@ func (in TrialInput) String() string {
 }
 
 // UpsertTrial creates the trial as pending if it does not exist yet and
-// returns it as stored. The engine can register every trial of a run up
-// front, so resume knows the ones that never started.
+// returns its current attempt as stored.
+//
+// Deprecated: use the Queue (Enqueue).
 func (s *Store) UpsertTrial(ctx context.Context, in TrialInput) (Trial, error) {
 	t, err := s.upsertTrial(ctx, in, false)
 	if err != nil {
@@ -124,9 +127,11 @@ func (s *Store) UpsertTrial(ctx context.Context, in TrialInput) (Trial, error) {
 	return t, nil
 }
 
-// StartTrial marks the trial running (creating it if needed) and stamps its
-// start time. Starting a finished or errored trial is an error: ResetTrial
-// it first.
+// StartTrial marks the trial's current attempt running (creating the trial
+// if needed) and stamps its start time, without a lease. Starting a
+// finished or errored trial is an error: ResetTrial it first.
+//
+// Deprecated: use the Queue (Lease).
 func (s *Store) StartTrial(ctx context.Context, in TrialInput) (Trial, error) {
 	t, err := s.upsertTrial(ctx, in, true)
 	if err != nil {
@@ -147,8 +152,8 @@ func (s *Store) upsertTrial(ctx context.Context, in TrialInput, start bool) (Tri
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		now := time.Now()
 		var id, status string
-		err := tx.QueryRowContext(ctx, "SELECT id, status FROM trials WHERE run_id = ? AND record_id = ? AND trial = ?",
-			in.RunID, in.RecordID, in.Trial).Scan(&id, &status)
+		err := tx.QueryRowContext(ctx, `SELECT id, status FROM trials WHERE run_id = ? AND record_id = ? AND trial = ?
+			ORDER BY attempt DESC LIMIT 1`, in.RunID, in.RecordID, in.Trial).Scan(&id, &status)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			id = newID("t", now)
@@ -157,8 +162,9 @@ func (s *Store) upsertTrial(ctx context.Context, in TrialInput, start bool) (Tri
 			if start {
 				status, started = TrialRunning, formatTime(now)
 			}
-			_, err = tx.ExecContext(ctx, `INSERT INTO trials (id, run_id, record_id, trial, status, record, created_at, started_at)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, id, in.RunID, in.RecordID, in.Trial, status, record, formatTime(now), started)
+			_, err = tx.ExecContext(ctx, `INSERT INTO trials (id, run_id, record_id, trial, seq, status, record, created_at, started_at)
+				VALUES (?, ?, ?, ?, (SELECT coalesce(max(seq), 0) + 1 FROM trials WHERE run_id = ?2), ?, ?, ?, ?)`,
+				id, in.RunID, in.RecordID, in.Trial, status, record, formatTime(now), started)
 			if isForeignKey(err) {
 				return fmt.Errorf("run %s: %w", in.RunID, ErrNotFound)
 			}
@@ -168,7 +174,7 @@ func (s *Store) upsertTrial(ctx context.Context, in TrialInput, start bool) (Tri
 		case err != nil:
 			return err
 		case start:
-			if status == TrialFinished || status == TrialErrored {
+			if status != TrialPending && status != TrialRunning {
 				return fmt.Errorf("trial %s is already %s; reset it before running it again", id, status)
 			}
 			if _, err := tx.ExecContext(ctx, "UPDATE trials SET status = ?, started_at = ? WHERE id = ?", TrialRunning, formatTime(now), id); err != nil {
@@ -181,36 +187,16 @@ func (s *Store) upsertTrial(ctx context.Context, in TrialInput, start bool) (Tri
 	return t, err
 }
 
-// FinishTrial records how a trial ended.
+// FinishTrial records how a trial attempt ended, whatever its lease: it is
+// for tools and embedded mode's recorder. A leaseholder uses Complete,
+// which is fenced.
 func (s *Store) FinishTrial(ctx context.Context, id string, r TrialResult) error {
-	if r.Status != TrialFinished && r.Status != TrialErrored {
-		return fmt.Errorf("finishing trial %s: status %q is not %s or %s", id, r.Status, TrialFinished, TrialErrored)
-	}
-	iso, err := nullJSON("isolation report", s.redact.json(r.Isolation))
+	vals, err := s.resultValues(ctx, r)
 	if err != nil {
 		return fmt.Errorf("finishing trial %s: %w", id, err)
 	}
-	r.Output, r.Error, r.ErrorKind = s.redact.text(r.Output), s.redact.text(r.Error), s.redact.text(r.ErrorKind)
-	var passed any
-	if r.Passed != nil {
-		passed = boolInt(*r.Passed)
-	}
-	var output, outputBlob any = r.Output, nil
-	if len(r.Output) > InlineLimit {
-		d, err := s.PutBlob(ctx, []byte(r.Output))
-		if err != nil {
-			return fmt.Errorf("finishing trial %s: storing its output: %w", id, err)
-		}
-		output, outputBlob = nil, d
-	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE trials SET status = ?, passed = ?, error_kind = ?, error = ?,
-			output = ?, output_blob = ?, isolation = ?, input_tokens = ?, output_tokens = ?, cost_usd = ?,
-			spend_input_tokens = ?, spend_output_tokens = ?, spend_cost_usd = ?, finished_at = ?
-			WHERE id = ?`,
-			r.Status, passed, r.ErrorKind, r.Error, output, outputBlob, iso,
-			r.Usage.InputTokens, r.Usage.OutputTokens, r.CostUSD,
-			r.SpendUsage.InputTokens, r.SpendUsage.OutputTokens, r.SpendCostUSD, formatTime(time.Now()), id)
+		res, err := tx.ExecContext(ctx, "UPDATE trials SET "+resultSet+" WHERE id = ?", append(vals, id)...)
 		if err != nil {
 			return err
 		}
@@ -222,9 +208,49 @@ func (s *Store) FinishTrial(ctx context.Context, id string, r TrialResult) error
 	return nil
 }
 
-// ResetTrial prepares a trial for a rerun: deletes its events, scores and
-// artifacts, clears its result, bumps Attempt and sets it pending. Blobs are
-// left in place (other rows may share them). It returns the trial as reset.
+// resultSet is the SET clause recording a TrialResult; resultValues are
+// its parameters.
+const resultSet = `status = ?, passed = ?, error_kind = ?, error = ?, output = ?, output_blob = ?, isolation = ?,
+	input_tokens = ?, output_tokens = ?, cost_usd = ?, spend_input_tokens = ?, spend_output_tokens = ?, spend_cost_usd = ?,
+	finished_at = ?`
+
+// resultValues validates and redacts a result, moving a large output to a
+// blob.
+func (s *Store) resultValues(ctx context.Context, r TrialResult) ([]any, error) {
+	if r.Status != TrialFinished && r.Status != TrialErrored {
+		return nil, fmt.Errorf("status %q is not %s or %s", r.Status, TrialFinished, TrialErrored)
+	}
+	iso, err := nullJSON("isolation report", s.redact.json(r.Isolation))
+	if err != nil {
+		return nil, err
+	}
+	r.Output, r.Error, r.ErrorKind = s.redact.text(r.Output), s.redact.text(r.Error), s.redact.text(r.ErrorKind)
+	// An errored attempt has no verdict: an infrastructure failure is never
+	// a score.
+	var passed any
+	if r.Passed != nil && r.Status == TrialFinished {
+		passed = boolInt(*r.Passed)
+	}
+	var output, outputBlob any = r.Output, nil
+	if len(r.Output) > InlineLimit {
+		d, err := s.PutBlob(ctx, []byte(r.Output))
+		if err != nil {
+			return nil, fmt.Errorf("storing its output: %w", err)
+		}
+		output, outputBlob = nil, d
+	}
+	return []any{r.Status, passed, r.ErrorKind, r.Error, output, outputBlob, iso,
+		r.Usage.InputTokens, r.Usage.OutputTokens, r.CostUSD,
+		r.SpendUsage.InputTokens, r.SpendUsage.OutputTokens, r.SpendCostUSD, formatTime(time.Now())}, nil
+}
+
+// ResetTrial prepares a trial attempt for a rerun in place: deletes its
+// events, scores and artifacts, clears its result and lease, bumps Attempt
+// and sets it pending. Blobs are left in place (other rows may share them).
+// It returns the trial as reset.
+//
+// Deprecated: use the Queue; a retry there is a new attempt row
+// (Complete with Retry), which keeps the failed attempt's trajectory.
 func (s *Store) ResetTrial(ctx context.Context, id string) (Trial, error) {
 	var t Trial
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -235,7 +261,8 @@ func (s *Store) ResetTrial(ctx context.Context, id string) (Trial, error) {
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE trials SET attempt = attempt + 1, status = ?, passed = NULL,
 			error_kind = '', error = '', output = NULL, output_blob = NULL, isolation = NULL,
-			input_tokens = 0, output_tokens = 0, cost_usd = 0, started_at = NULL, finished_at = NULL
+			input_tokens = 0, output_tokens = 0, cost_usd = 0, started_at = NULL, finished_at = NULL,
+			lease_owner = '', lease_until = NULL
 			WHERE id = ?`, TrialPending, id)
 		if err != nil {
 			return err
@@ -276,10 +303,15 @@ func (s *Store) getTrial(ctx context.Context, q querier, id string) (Trial, erro
 	return ts[0], nil
 }
 
-// ListTrials lists a run's trials by record id, then trial index. A run
-// that does not exist is ErrNotFound.
+// currentAttempt keeps only rows that are their trial's highest attempt
+// (the UNIQUE (run_id, record_id, trial, attempt) index answers it).
+const currentAttempt = `NOT EXISTS (SELECT 1 FROM trials later WHERE later.run_id = trials.run_id
+	AND later.record_id = trials.record_id AND later.trial = trials.trial AND later.attempt > trials.attempt)`
+
+// ListTrials returns the current (highest) attempt of every trial of a
+// run, in enqueue order. A run that does not exist is ErrNotFound.
 func (s *Store) ListTrials(ctx context.Context, runID string) ([]Trial, error) {
-	ts, err := s.queryTrials(ctx, s.db, "WHERE run_id = ? ORDER BY record_id, trial", runID)
+	ts, err := s.queryTrials(ctx, s.db, "WHERE run_id = ? AND "+currentAttempt+" ORDER BY seq, record_id, trial", runID)
 	if err == nil && len(ts) == 0 {
 		err = s.runExists(ctx, runID)
 	}
@@ -289,10 +321,54 @@ func (s *Store) ListTrials(ctx context.Context, runID string) ([]Trial, error) {
 	return ts, nil
 }
 
-// UnfinishedTrials lists a run's pending and running trials, the ones resume
-// has to (re)run, by record id, then trial index.
+// ListAttempts returns every attempt of every trial of a run, in enqueue
+// order and then attempt order. A run that does not exist is ErrNotFound.
+func (s *Store) ListAttempts(ctx context.Context, runID string) ([]Trial, error) {
+	ts, err := s.queryTrials(ctx, s.db, "WHERE run_id = ? ORDER BY seq, record_id, trial, attempt", runID)
+	if err == nil && len(ts) == 0 {
+		err = s.runExists(ctx, runID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing attempts of run %s: %w", runID, err)
+	}
+	return ts, nil
+}
+
+// CountTrials counts the run's trials (their current attempts) by status.
+// A run that does not exist is ErrNotFound.
+func (s *Store) CountTrials(ctx context.Context, runID string) (map[string]int, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT status, count(*) FROM trials WHERE run_id = ? AND "+currentAttempt+" GROUP BY status", runID)
+	if err != nil {
+		return nil, fmt.Errorf("counting trials of run %s: %w", runID, err)
+	}
+	defer rows.Close()
+	n := map[string]int{}
+	for rows.Next() {
+		var status string
+		var c int
+		if err := rows.Scan(&status, &c); err != nil {
+			return nil, fmt.Errorf("counting trials of run %s: %w", runID, err)
+		}
+		n[status] = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("counting trials of run %s: %w", runID, err)
+	}
+	if len(n) == 0 {
+		if err := s.runExists(ctx, runID); err != nil {
+			return nil, fmt.Errorf("counting trials of run %s: %w", runID, err)
+		}
+	}
+	return n, nil
+}
+
+// UnfinishedTrials lists a run's trials whose current attempt is pending or
+// running, in enqueue order.
+//
+// Deprecated: use the Queue (ListTrials, CountTrials); kept while
+// events_test.go and store_test.go still call it.
 func (s *Store) UnfinishedTrials(ctx context.Context, runID string) ([]Trial, error) {
-	ts, err := s.queryTrials(ctx, s.db, "WHERE run_id = ? AND status IN (?, ?) ORDER BY record_id, trial",
+	ts, err := s.queryTrials(ctx, s.db, "WHERE run_id = ? AND status IN (?, ?) AND "+currentAttempt+" ORDER BY seq, record_id, trial",
 		runID, TrialPending, TrialRunning)
 	if err == nil && len(ts) == 0 {
 		err = s.runExists(ctx, runID)
@@ -328,10 +404,12 @@ func (s *Store) queryTrials(ctx context.Context, q querier, where string, args .
 			record, output, outputBlob sql.NullString
 			iso                        sql.NullString
 			created, started, finished sql.NullString
+			leaseUntil                 sql.NullString
 		)
 		if err := rows.Scan(&t.ID, &t.RunID, &t.RecordID, &t.Trial, &t.Attempt, &t.Status, &passed, &t.ErrorKind, &t.Error,
 			&record, &output, &outputBlob, &iso, &t.Usage.InputTokens, &t.Usage.OutputTokens, &t.CostUSD,
 			&t.SpendUsage.InputTokens, &t.SpendUsage.OutputTokens, &t.SpendCostUSD,
+			&t.RetriesUsed, &t.LeaseOwner, &leaseUntil, &t.LeaseEpoch,
 			&created, &started, &finished); err != nil {
 			return nil, err
 		}
@@ -346,7 +424,7 @@ func (s *Store) queryTrials(ctx context.Context, q querier, where string, args .
 		for _, f := range []struct {
 			dst *time.Time
 			src sql.NullString
-		}{{&t.CreatedAt, created}, {&t.StartedAt, started}, {&t.FinishedAt, finished}} {
+		}{{&t.CreatedAt, created}, {&t.StartedAt, started}, {&t.FinishedAt, finished}, {&t.LeaseUntil, leaseUntil}} {
 			if *f.dst, err = parseTime(f.src); err != nil {
 				return nil, err
 			}

@@ -2,12 +2,17 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"evals.si/trajectory"
 )
@@ -141,7 +146,7 @@ func TestTrialInputValidation(t *testing.T) {
 	}
 }
 
-func TestListAndUnfinishedTrials(t *testing.T) {
+func TestListTrialsInRegistrationOrder(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t)
 	r, err := s.CreateRun(ctx, RunInput{})
@@ -155,7 +160,7 @@ func TestListAndUnfinishedTrials(t *testing.T) {
 	if _, err := s.UpsertTrial(ctx, TrialInput{RunID: other.ID, RecordID: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	// Registered out of order; listed by record, then trial index.
+	// Registered out of order; listed in registration (enqueue) order.
 	ids := map[string]string{}
 	for _, rec := range []string{"c", "a", "b"} {
 		for _, i := range []int{1, 0} {
@@ -187,18 +192,18 @@ func TestListAndUnfinishedTrials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantAll := []string{"a0:finished", "a1:pending", "b0:running", "b1:pending", "c0:pending", "c1:errored"}
+	wantAll := []string{"c1:errored", "c0:pending", "a1:pending", "a0:finished", "b1:pending", "b0:running"}
 	if got := key(all); !slices.Equal(got, wantAll) {
 		t.Errorf("ListTrials = %v, want %v", got, wantAll)
 	}
-	if all[5].ErrorKind != "setup" || all[5].Error != "image did not pull" || all[5].Passed != nil {
-		t.Errorf("errored trial = %+v", all[5])
+	if all[0].ErrorKind != "setup" || all[0].Error != "image did not pull" || all[0].Passed != nil {
+		t.Errorf("errored trial = %+v", all[0])
 	}
 	un, err := s.UnfinishedTrials(ctx, r.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantUn := []string{"a1:pending", "b0:running", "b1:pending", "c0:pending"}
+	wantUn := []string{"c0:pending", "a1:pending", "b1:pending", "b0:running"}
 	if got := key(un); !slices.Equal(got, wantUn) {
 		t.Errorf("UnfinishedTrials = %v, want %v", got, wantUn)
 	}
@@ -327,5 +332,127 @@ func TestArtifacts(t *testing.T) {
 	defer rc.Close()
 	if b, _ := io.ReadAll(rc); string(b) != "version 2" {
 		t.Errorf("artifact content = %q", b)
+	}
+}
+
+// TestMigrationToQueueKeepsTrials builds a database at schema version 3
+// (one row per trial) with events, scores, artifacts and evaluations, opens
+// it (applying 0004, which rebuilds trials) and checks that every row
+// survived, seq follows creation order, foreign keys still cascade, and the
+// pool's connections enforce foreign keys again.
+func TestMigrationToQueueKeepsTrials(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "evalsi.db")
+	db, err := sql.Open("sqlite", dsn(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.ExecContext(ctx, q, args...); err != nil {
+			t.Fatalf("%.60s: %v", q, err)
+		}
+	}
+	exec("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT")
+	for _, m := range ms[:3] {
+		exec(m.sql)
+		exec("INSERT INTO schema_migrations VALUES (?, ?, '2026-01-01T00:00:00.000000000Z')", m.version, m.name)
+	}
+	exec("INSERT INTO runs (id, status, created_at) VALUES ('r-1', 'running', '2026-01-01T00:00:00.000000000Z')")
+	// Created in the order b, a, c; b was reset once (attempt 2).
+	for _, tr := range []struct{ id, rec, created, status string }{
+		{"t-b", "b", "2026-01-01T00:00:01.000000000Z", "finished"},
+		{"t-a", "a", "2026-01-01T00:00:02.000000000Z", "running"},
+		{"t-c", "c", "2026-01-01T00:00:03.000000000Z", "pending"},
+	} {
+		exec("INSERT INTO trials (id, run_id, record_id, trial, attempt, status, record, spend_input_tokens, created_at) VALUES (?, 'r-1', ?, 0, ?, ?, '{\"id\":1}', 7, ?)",
+			tr.id, tr.rec, map[bool]int{true: 2, false: 1}[tr.rec == "b"], tr.status, tr.created)
+	}
+	exec("INSERT INTO events (trial_id, seq, kind, time, payload) VALUES ('t-b', 1, 'log', '2026-01-01T00:00:01.000000000Z', '{}'), ('t-a', 1, 'log', '2026-01-01T00:00:01.000000000Z', '{}')")
+	exec("INSERT INTO scores (trial_id, name, value) VALUES ('t-b', 'pass', 1)")
+	exec("INSERT INTO artifacts (trial_id, name, digest, size) VALUES ('t-b', 'diff.patch', 'sha256:00', 0)")
+	exec("INSERT INTO evaluations (trial_id, results) VALUES ('t-b', '[]')")
+	db.Close()
+
+	s := openAt(t, path)
+	if v, err := s.SchemaVersion(ctx); err != nil || v < 4 {
+		t.Fatalf("schema version %d, %v; want 4 or later", v, err)
+	}
+	ts, err := s.ListAttempts(ctx, "r-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tr := range ts {
+		got = append(got, fmt.Sprintf("%s#%d:%s:%d", tr.RecordID, tr.Attempt, tr.Status, tr.SpendUsage.InputTokens))
+	}
+	if want := []string{"b#2:finished:7", "a#1:running:7", "c#1:pending:7"}; !slices.Equal(got, want) {
+		t.Errorf("attempts after migration = %v, want %v (creation order, attempts and spend kept)", got, want)
+	}
+	count := func(table string) int {
+		var n int
+		if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for table, want := range map[string]int{"events": 2, "scores": 1, "artifacts": 1, "evaluations": 1} {
+		if n := count(table); n != want {
+			t.Errorf("%s after migration: %d rows, want %d", table, n, want)
+		}
+	}
+	// Every pooled connection enforces foreign keys again: a score of a
+	// missing trial is refused on whichever connection runs it.
+	for range 8 {
+		if err := s.PutScores(ctx, "t-nope", []Score{{Name: "x", Value: 1}}); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("PutScores of a missing trial = %v, want ErrNotFound", err)
+		}
+	}
+	// ON DELETE CASCADE still reaches the rebuilt table and, through it,
+	// events, scores, artifacts and evaluations.
+	if err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "DELETE FROM runs WHERE id = 'r-1'")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"trials", "events", "scores", "artifacts", "evaluations"} {
+		if n := count(table); n != 0 {
+			t.Errorf("%s after deleting the run: %d rows, want 0", table, n)
+		}
+	}
+}
+
+// TestUnleasedTrialsAreOutsideTheQueue: a trial StartTrial marked running
+// (embedded mode's recorder) has no lease: a lease forged with epoch 0 can
+// write nothing to it, the sweeper (Requeue of expired leases) leaves it,
+// and only Requeue{RunID, All} (resume) takes it back.
+func TestUnleasedTrialsAreOutsideTheQueue(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	r, tr := newTrial(t, s)
+	forged := Lease{TrialID: tr.ID, RunID: r.ID, Epoch: 0}
+	if err := s.AppendLeased(ctx, forged, []trajectory.Event{logEvent("x")}); !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("AppendLeased with epoch 0 = %v, want ErrLeaseLost", err)
+	}
+	if _, err := s.Heartbeat(ctx, forged, time.Hour); !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("Heartbeat with epoch 0 = %v, want ErrLeaseLost", err)
+	}
+	if err := s.Complete(ctx, forged, Completion{Result: TrialResult{Status: TrialFinished}}); !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("Complete with epoch 0 = %v, want ErrLeaseLost", err)
+	}
+	if back, err := s.Requeue(ctx, RequeueRequest{Expired: time.Now().Add(24 * time.Hour)}); err != nil || len(back) != 0 {
+		t.Errorf("Requeue of expired leases = %v, %v; want the unleased trial left alone", back, err)
+	}
+	back, err := s.Requeue(ctx, RequeueRequest{RunID: r.ID, All: true})
+	if err != nil || len(back) != 1 || back[0].Status != TrialLost || !strings.Contains(back[0].Error, "held no lease") {
+		t.Fatalf("Requeue{RunID, All} = %+v, %v; want the trial lost", back, err)
+	}
+	if n, _ := s.CountEvents(ctx, tr.ID); n != 0 {
+		t.Errorf("%d events written through forged leases", n)
 	}
 }
