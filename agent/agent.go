@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"evals.si/sandbox"
+	"evals.si/spec"
 	"evals.si/trajectory"
 )
 
@@ -29,8 +30,12 @@ type Task struct {
 	Instruction string
 	// Input holds the record's input messages when the record has messages;
 	// an agent that can take a conversation uses them instead of Instruction.
-	Input   []trajectory.Message
-	Sandbox Sandbox
+	Input []trajectory.Message
+	// Metadata is the record's metadata. It may hold the task's reference
+	// solution: only the oracle agent, which applies it, reads it, and no
+	// agent passes it to a model.
+	Metadata map[string]spec.JSON
+	Sandbox  Sandbox
 	// Harness is the same sandbox as the task's harness uses it, as root
 	// whatever user the agent runs as: for files the harness places, not
 	// the agent (an oracle's reference solution, which Harbor uploads as

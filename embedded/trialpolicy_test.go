@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"evals.si/dataset"
 	"evals.si/internal/testenv/benchimage"
 	"evals.si/internal/testenv/nethost"
 	"evals.si/sandbox"
@@ -401,40 +400,5 @@ func TestNetworkAllowGoesThroughTheProxy(t *testing.T) {
 	}
 	if local.hits.Load() != 0 {
 		t.Errorf("the loopback listener answered %d requests", local.hits.Load())
-	}
-}
-
-// Records a benchmark importer made ask for the task's own network (Harbor
-// and SWE-bench default to allow): under a spec that leaves the network at
-// deny they run with deny, not refused; the same request in a plain
-// dataset is refused.
-func TestImportedTasksRunUnderTheSpecsNetwork(t *testing.T) {
-	asks := map[string]any{"environment": map[string]any{"setup_network": "allow", "sandbox": map[string]any{"network": "allow", "workdir": "/app"}}}
-	records := []map[string]any{{"id": "task", "input": "x", "metadata": asks}}
-	a := openApp(t)
-	for _, tc := range []struct {
-		uri     string
-		refused bool
-	}{{"harbor://tasks", false}, {"swebench://i.jsonl", false}, {"", true}} {
-		f := writePolicySpec(t, map[string]any{"sandbox": map[string]any{"ladder": []string{"bwrap"}}}, records)
-		recs := f.Spec.Dataset.Records
-		f.Spec.Dataset.URI = tc.uri
-		out, err := a.recordPolicies(f, recs)
-		if tc.refused {
-			if err == nil || !strings.Contains(err.Error(), "sandbox.network") {
-				t.Errorf("%q: err = %v, want sandbox.network refused", tc.uri, err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Fatalf("%q: %v", tc.uri, err)
-		}
-		env, err := dataset.Environment(f.Spec.Environment, out[0])
-		if err != nil {
-			t.Fatalf("%q: %v", tc.uri, err)
-		}
-		if env.Sandbox.Network != "deny" || env.SetupNetwork != "deny" || env.Sandbox.Workdir != "/app" {
-			t.Errorf("%q: network %q setup %q workdir %q", tc.uri, env.Sandbox.Network, env.SetupNetwork, env.Sandbox.Workdir)
-		}
 	}
 }

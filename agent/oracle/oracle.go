@@ -3,8 +3,8 @@
 // environments and graders can be validated without a model (every
 // importable task should pass under it).
 //
-// The solution comes from the record's metadata.solution, which the
-// benchmark importers set: Terminal-Bench's
+// The solution comes from the trial's record, its metadata.solution
+// (agent.Task.Metadata), which the benchmark importers set: Terminal-Bench's
 // solution.sh, Harbor's solution/ with solve.sh, SWE-bench's gold patch
 // applied as the harness applies patches. A record without one is an
 // error of the run, not a failed task.
@@ -22,7 +22,6 @@ import (
 
 	"evals.si/agent"
 	"evals.si/sandbox"
-	"evals.si/spec"
 	"evals.si/trajectory"
 )
 
@@ -46,26 +45,18 @@ type Solution struct {
 // DefaultTimeout bounds the solution command when the task sets none.
 const DefaultTimeout = 30 * time.Minute
 
-// Agent is the oracle agent for one run's records.
-type Agent struct {
-	solutions map[string]json.RawMessage
-}
+// Agent is the oracle agent. It holds nothing: each trial's task carries
+// its record's solution, so one oracle serves any record, whichever worker
+// leases it.
+type Agent struct{}
 
-// New returns an oracle over the run's records.
-func New(records []spec.Record) *Agent {
-	a := &Agent{solutions: map[string]json.RawMessage{}}
-	for _, r := range records {
-		if s, ok := r.Metadata[MetaSolution]; ok && !s.IsZero() {
-			a.solutions[r.ID] = json.RawMessage(s)
-		}
-	}
-	return a
-}
+// New returns an oracle agent.
+func New() *Agent { return &Agent{} }
 
 // Run applies the task's solution.
 func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
-	raw, ok := a.solutions[t.RecordID]
-	if !ok {
+	raw, ok := t.Metadata[MetaSolution]
+	if !ok || raw.IsZero() {
 		return agent.Result{StopReason: agent.StopError}, fmt.Errorf("record %q has no metadata.solution: the oracle agent runs benchmark tasks whose importer supplies their reference solution", t.RecordID)
 	}
 	var sol Solution

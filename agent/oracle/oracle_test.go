@@ -58,11 +58,13 @@ func TestOracleRunsSolution(t *testing.T) {
 	})
 	sol := importer.Solution{Files: files, Setup: fix, Command: "bash /work/task/solve.sh", Env: map[string]string{"GREETING": "hi"}}
 	raw, _ := json.Marshal(sol)
-	recs := []spec.Record{{ID: "t1", Metadata: map[string]spec.JSON{"solution": raw}}, {ID: "t2"}}
+	// Each task carries its own record's metadata: the oracle holds no
+	// record list, so any worker's oracle answers any record.
+	withSolution := map[string]spec.JSON{"solution": raw}
 	var events []trajectory.Event
 	emit := trajectory.SinkFunc(func(e trajectory.Event) error { events = append(events, e); return nil })
-	o := oracle.New(recs)
-	res, err := o.Run(t.Context(), agent.Task{RecordID: "t1", Sandbox: sb, Workdir: "/work/task", Emit: emit})
+	o := oracle.New()
+	res, err := o.Run(t.Context(), agent.Task{RecordID: "t1", Metadata: withSolution, Sandbox: sb, Workdir: "/work/task", Emit: emit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +80,9 @@ func TestOracleRunsSolution(t *testing.T) {
 	if len(events) != 3 || events[0].Kind != trajectory.KindToolCall || events[1].Kind != trajectory.KindToolResult {
 		t.Errorf("events %+v", events)
 	}
-	if _, err := o.Run(t.Context(), agent.Task{RecordID: "t2", Sandbox: sb, Workdir: "/work/task"}); err == nil {
-		t.Error("a record without a solution must be an error")
+	for _, md := range []map[string]spec.JSON{nil, {"solution": spec.JSON("null")}} {
+		if _, err := o.Run(t.Context(), agent.Task{RecordID: "t2", Metadata: md, Sandbox: sb, Workdir: "/work/task"}); err == nil {
+			t.Errorf("a record without a solution (metadata %v) must be an error", md)
+		}
 	}
 }

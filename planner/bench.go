@@ -1,4 +1,4 @@
-package embedded
+package planner
 
 import (
 	"evals.si/bench/harbor"
@@ -8,9 +8,9 @@ import (
 	"evals.si/dataset"
 )
 
-// benchDatasets is the dataset registry with the benchmark importers'
-// URI schemes.
-func benchDatasets() *dataset.Registry {
+// Datasets is a dataset registry with the benchmark importers' URI
+// schemes, for a Host (which may register more: ServeRuns, ServeTraces).
+func Datasets() *dataset.Registry {
 	reg := dataset.NewRegistry()
 	terminalbench.Register(reg)
 	harbor.Register(reg)

@@ -1,4 +1,4 @@
-package embedded
+package planner
 
 import (
 	"path/filepath"
@@ -13,22 +13,24 @@ import (
 // openRecorder opens harness.builtin.recording, its dir relative to the
 // spec file; nil when the spec records nothing. Replaying a directory that
 // holds no recording is a spec error, caught before any trial.
-func openRecorder(f *spec.File, cfg spec.Builtin, name string) (*recording.Recorder, error) {
-	rc := cfg.Recording
+//
+// ownAgent says the agent is not the built-in one; dir is the spec file's
+// directory.
+func openRecorder(at where, rc *spec.Recording, ownAgent bool, dir, name string) (*recording.Recorder, error) {
 	if rc == nil {
 		return nil, nil
 	}
-	if f.Spec.Target.Agent != nil || (f.Spec.Harness != nil && f.Spec.Harness.External != nil) {
+	if ownAgent {
 		// Only the built-in agent's model calls pass through this harness.
-		return nil, SpecError{f.Errorf("harness.builtin.recording", "recording records the built-in agent; it does not work with target.agent or harness.external")}
+		return nil, SpecError{at.Errorf("harness.builtin.recording", "recording records the built-in agent; it does not work with target.agent or harness.external")}
 	}
-	dir := rc.Dir
-	if !filepath.IsAbs(dir) {
-		dir = filepath.Join(f.Dir, dir)
+	path := rc.Dir
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(dir, path)
 	}
-	rec, err := recording.Open(*rc, dir, name)
+	rec, err := recording.Open(*rc, path, name)
 	if err != nil {
-		return nil, SpecError{f.Errorf("harness.builtin.recording.dir", "%v", err)}
+		return nil, SpecError{at.Errorf("harness.builtin.recording.dir", "%v", err)}
 	}
 	return rec, nil
 }
@@ -59,21 +61,21 @@ func recordedAgent(rec *recording.Recorder, ag agent.Agent) agent.Agent {
 
 // userSimulator builds harness.builtin.user_simulator, speaking through
 // user_simulator.judge, else the spec's judge; nil when there is none.
-func (a *App) userSimulator(f *spec.File, cfg spec.Builtin, lims *providerLimits, mopts model.Options, rec *recording.Recorder) (agent.User, error) {
+func userSimulator(at where, cfg spec.Builtin, judge *spec.ModelRef, m models, rec *recording.Recorder) (agent.User, error) {
 	us := cfg.UserSimulator
 	if us == nil {
 		return nil, nil
 	}
 	field, ref := "harness.builtin.user_simulator.judge", us.Judge
 	if ref == nil {
-		field, ref = "judge", f.Spec.Judge
+		field, ref = "judge", judge
 	}
 	if ref == nil {
-		return nil, SpecError{f.Errorf("harness.builtin.user_simulator", "the user simulator needs a judge model: set harness.builtin.user_simulator.judge or the spec's judge")}
+		return nil, SpecError{at.Errorf("harness.builtin.user_simulator", "the user simulator needs a judge model: set harness.builtin.user_simulator.judge or the spec's judge")}
 	}
-	conn, err := model.New(*ref, lims.options(mopts, *ref))
+	conn, err := m.connector(*ref)
 	if err != nil && !pureReplay(cfg) {
-		return nil, SpecError{f.Errorf(field, "user simulator judge: %v", err)}
+		return nil, SpecError{at.Errorf(field, "user simulator judge: %v", err)}
 	}
 	return usersim.New(recorded(rec, usersim.Role, conn), ref.Model, *us), nil
 }

@@ -1,4 +1,4 @@
-package embedded
+package planner
 
 import (
 	"net/http"
