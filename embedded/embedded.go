@@ -1,6 +1,6 @@
 // Package embedded hosts the engine in one process: a SQLite store in the
-// user's data directory, the sandbox rungs of this host, and the wiring from
-// a loaded spec to a runnable plan.
+// user's data directory and the sandbox rungs of this host, with the
+// planner (package planner) turning a loaded spec into a runnable plan.
 package embedded
 
 import (
@@ -10,12 +10,18 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
 
 	"evals.si/dataset"
+	"evals.si/dataset/traces"
 	"evals.si/engine"
 	"evals.si/environment"
 	"evals.si/image"
+	"evals.si/planner"
+	"evals.si/regress"
 	"evals.si/report"
+	"evals.si/runqueue"
 	"evals.si/sandbox"
 	"evals.si/sandbox/bwrap"
 	"evals.si/sandbox/docker"
@@ -40,16 +46,13 @@ type Options struct {
 	Getenv func(string) string
 }
 
-// App is an open embedded instance.
+// App is an open embedded instance: this machine's Host and a SQLite
+// store, with one in-process worker per run.
 type App struct {
-	store    *store.Store
-	images   *image.Store
-	envs     *environment.Manager
-	rungs    []sandbox.Rung
-	datasets *dataset.Registry
-	logger   *slog.Logger
-	stateDir string
-	getenv   func(string) string
+	*Host
+	store  *store.Store
+	logger *slog.Logger
+	getenv func(string) string
 }
 
 // Rungs are the sandbox rungs this binary knows, in no particular order;
@@ -64,6 +67,75 @@ func Rungs() []sandbox.Rung {
 		host.New(),
 	}
 }
+
+// HostOptions configure a Host.
+type HostOptions struct {
+	// StateDir holds images, sandboxes and proxy sockets (default: the
+	// user's data directory's state/).
+	StateDir string
+	Logger   *slog.Logger
+	// Getenv reads API keys (default os.Getenv).
+	Getenv func(string) string
+}
+
+// Host is this machine as a place trials run: the image cache, the sandbox
+// rungs and their environments, and the planner over them. Embedded mode
+// and `evalsid worker` host the same way.
+type Host struct {
+	images   *image.Store
+	planner  *planner.Host
+	stateDir string
+}
+
+// OpenHost opens the caches under the state directory.
+func OpenHost(ctx context.Context, o HostOptions) (*Host, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	stateDir := o.StateDir
+	if stateDir == "" {
+		p, err := store.DefaultPath()
+		if err != nil {
+			return nil, fmt.Errorf("finding the data directory (use --state-dir DIR): %w", err)
+		}
+		stateDir = filepath.Join(filepath.Dir(p), "state")
+	}
+	// Absolute: overlay mounts record their directories, and a relative
+	// one would depend on the working directory of whoever looks later.
+	stateDir, err := filepath.Abs(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("finding the state directory: %w", err)
+	}
+	imgs, err := image.Open(filepath.Join(stateDir, "images"), o.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("opening image cache: %w", err)
+	}
+	rungs := Rungs()
+	return &Host{
+		images: imgs,
+		planner: &planner.Host{
+			Envs:     environment.NewManager(imgs, rungs, filepath.Join(stateDir, "sandboxes"), o.Logger),
+			Rungs:    rungs,
+			Datasets: planner.Datasets(),
+			ProxyDir: filepath.Join(stateDir, "proxy"),
+			Logger:   o.Logger,
+			Getenv:   o.Getenv,
+		},
+		stateDir: stateDir,
+	}, nil
+}
+
+// Planner is the host's planner.
+func (h *Host) Planner() *planner.Host { return h.planner }
+
+// Datasets is the URI scheme registry, for registering importers.
+func (h *Host) Datasets() *dataset.Registry { return h.planner.Datasets }
+
+// Close removes the setup snapshots the host made.
+func (h *Host) Close() error { return h.planner.Envs.Close() }
 
 // Open opens the store and the caches.
 func Open(ctx context.Context, o Options) (*App, error) {
@@ -92,39 +164,24 @@ func Open(ctx context.Context, o Options) (*App, error) {
 	if stateDir == "" {
 		stateDir = filepath.Join(filepath.Dir(path), "state")
 	}
-	// Absolute: overlay mounts record their directories, and a relative
-	// one would depend on the working directory of whoever looks later.
-	if stateDir, err = filepath.Abs(stateDir); err != nil {
-		st.Close()
-		return nil, fmt.Errorf("finding the state directory: %w", err)
-	}
-	imgs, err := image.Open(filepath.Join(stateDir, "images"), o.Logger)
+	h, err := OpenHost(ctx, HostOptions{StateDir: stateDir, Logger: o.Logger, Getenv: o.Getenv})
 	if err != nil {
 		st.Close()
-		return nil, fmt.Errorf("opening image cache: %w", err)
+		return nil, err
 	}
-	rungs := Rungs()
-	return &App{
-		store:    st,
-		images:   imgs,
-		rungs:    rungs,
-		envs:     environment.NewManager(imgs, rungs, filepath.Join(stateDir, "sandboxes"), o.Logger),
-		datasets: benchDatasets(),
-		logger:   o.Logger,
-		stateDir: stateDir,
-		getenv:   o.Getenv,
-	}, nil
+	ds := h.Datasets()
+	ds.ServeRuns(regress.NewRunSource(st, o.Logger))
+	// Embedded mode reads what its user can: any traces URL, any file.
+	ds.ServeTraces(traces.NewSource(traces.Options{Logger: o.Logger}))
+	return &App{Host: h, store: st, logger: o.Logger, getenv: o.Getenv}, nil
 }
 
 // Store is the app's store.
 func (a *App) Store() *store.Store { return a.store }
 
-// Datasets is the URI scheme registry, for registering importers.
-func (a *App) Datasets() *dataset.Registry { return a.datasets }
-
 // Close removes the run's setup snapshots and releases the store.
 func (a *App) Close() error {
-	return errors.Join(a.envs.Close(), a.store.Close())
+	return errors.Join(a.Host.Close(), a.store.Close())
 }
 
 // RunOptions tune one run.
@@ -134,36 +191,115 @@ type RunOptions struct {
 
 // SpecError is a problem with the spec found while building the plan (an
 // unknown parser, a missing key): a usage error, exit 2.
-type SpecError struct{ Err error }
+type SpecError = planner.SpecError
 
-func (e SpecError) Error() string { return e.Err.Error() }
-func (e SpecError) Unwrap() error { return e.Err }
-
-// Run runs a validated spec to completion (or interruption).
+// Run runs a validated spec to completion (or interruption): the run and
+// its pending trials go to the store, one in-process worker leases and runs
+// them, and the run is finalized from what the store holds, as on a server.
 func (a *App) Run(ctx context.Context, f *spec.File, o RunOptions) (*engine.Summary, error) {
-	plan, err := a.plan(ctx, f)
+	records, err := a.planner.Records(ctx, f)
 	if err != nil {
 		return nil, err
 	}
-	defer a.closePlan(plan)
-	return a.execute(ctx, plan, o)
+	plan, err := a.planner.Plan(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	defer closePlan(plan)
+	// Before the run writes anything, the store learns the run's secrets,
+	// and redacts them from every text it keeps.
+	a.store.AddSecrets(f.Spec.SecretValues(a.getenv)...)
+	run, err := runqueue.Submit(ctx, a.store, runqueue.Submission{
+		Name: plan.Name, SpecPath: plan.SpecPath, Spec: f.Spec, Records: records, Limits: plan.Limits,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a.work(ctx, run.ID, plan, len(records), nil, o)
 }
 
-// execute runs a plan (new or resumed). With
-// OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, the run is also exported as
-// spans; otherwise the recorder is the store recorder itself.
-func (a *App) execute(ctx context.Context, plan *engine.Plan, o RunOptions) (*engine.Summary, error) {
-	rec, stopTracing, err := telemetry.Wrap(ctx, &recorder{store: a.store, getenv: a.getenv})
+func closePlan(p *engine.Plan) {
+	if p.Close != nil {
+		p.Close()
+	}
+}
+
+// onePlan gives the in-process worker the plan already built; the caller
+// closes it.
+type onePlan struct {
+	runID string
+	plan  *engine.Plan
+}
+
+func (p onePlan) Plan(_ context.Context, runID string) (*engine.Plan, error) {
+	if runID != p.runID {
+		return nil, fmt.Errorf("this worker runs only run %s, not %s", p.runID, runID)
+	}
+	c := *p.plan
+	c.Close = nil
+	return &c, nil
+}
+
+// work runs a submitted (or reopened) run's trials with one in-process
+// worker and finalizes it. done are its trials finished before (resume),
+// for progress. With OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, the run is
+// also exported as spans.
+func (a *App) work(ctx context.Context, runID string, plan *engine.Plan, records int, done []*engine.Outcome, o RunOptions) (*engine.Summary, error) {
+	tr, err := telemetry.Start(ctx, telemetry.WithRedact(a.store.RedactJSON))
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
-		if err := stopTracing(context.WithoutCancel(ctx)); err != nil {
+		if err := tr.Shutdown(context.WithoutCancel(ctx)); err != nil {
 			a.logger.Warn("exporting the run's spans", "err", err)
 		}
 	}()
-	e := &engine.Engine{Recorder: rec, Logger: a.logger, OnProgress: o.OnProgress}
-	return e.Run(ctx, plan)
+	tr.RunStarted(ctx, telemetry.RunInfo{ID: runID, Name: plan.Name, SpecPath: plan.SpecPath, Records: records, Trials: plan.Limits.Trials})
+	tracker := engine.NewTracker(records*plan.Limits.Trials, plan.Pass, plan.Providers)
+	for _, d := range done {
+		tracker.Add(d)
+	}
+	start := time.Now()
+	var (
+		mu         sync.Mutex
+		unrecorded error
+	)
+	w := &engine.Worker{
+		Queue:        tr.Queue(runqueue.New(a.store)),
+		Plans:        onePlan{runID: runID, plan: plan},
+		Name:         "embedded",
+		Slots:        plan.Limits.Concurrency,
+		Runs:         []string{runID},
+		ExitWhenIdle: true,
+		Logger:       a.logger.With("run", runID),
+		OnOutcome: func(oc *engine.Outcome, final bool) {
+			if final && o.OnProgress != nil {
+				o.OnProgress(tracker.Add(oc))
+			}
+		},
+		OnUnrecorded: func(_ *engine.Lease, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if unrecorded == nil {
+				unrecorded = err
+			}
+		},
+	}
+	if err := w.Run(ctx); err != nil {
+		return nil, err
+	}
+	// Record the end even when interrupted: the caller's context is done.
+	sum, err := runqueue.Finalize(context.WithoutCancel(ctx), a.store, runID, runqueue.FinalizeOptions{
+		Evaluators: plan.Evaluators, Interrupted: ctx.Err() != nil, Elapsed: time.Since(start), Unrecorded: unrecorded,
+	})
+	if sum != nil {
+		errMsg := ""
+		if sum.Status == engine.StatusFailed {
+			errMsg = "trials could not be recorded"
+		}
+		tr.RunFinished(runID, sum.Status, sum, errMsg)
+	}
+	return sum, err
 }
 
 // RunDetail loads a run with its trials and scores.

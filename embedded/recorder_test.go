@@ -64,13 +64,22 @@ evaluators: [exact-match]
 	return f
 }
 
-// TestStoreFailureShows: when the store cannot record a trial, at its
-// start or at its end, the trial is errored (kind store) in the summary,
+// TestStoreFailureShows: when the store cannot register a run's trials,
+// the run does not start and the error names the cause; when it cannot
+// record a trial's end, the trial is errored (kind store) in the summary,
 // so the run exits 3, and the run is failed in the store with an error
-// naming the cause; the other trials are scored as usual and the mean is
-// not silently taken over fewer trials.
+// saying so; the other trials are scored as usual and the mean is not
+// silently taken over fewer trials.
 func TestStoreFailureShows(t *testing.T) {
-	for _, at := range []string{"start", "end"} {
+	t.Run("start", func(t *testing.T) {
+		a := openApp(t)
+		failStore(t, a, "doomed", "start")
+		_, err := a.Run(context.Background(), plainSpec(t), RunOptions{})
+		if err == nil || !strings.Contains(err.Error(), "the disk is on fire") {
+			t.Fatalf("run: %v, want the store's refusal", err)
+		}
+	})
+	for _, at := range []string{"end"} {
 		t.Run(at, func(t *testing.T) {
 			a := openApp(t)
 			failStore(t, a, "doomed", at)
@@ -81,6 +90,9 @@ func TestStoreFailureShows(t *testing.T) {
 			}
 			if sum.Errored != 1 || sum.ErrorsByKind[engine.ErrorKindStore] != 1 || sum.Status != engine.StatusFailed {
 				t.Errorf("summary: errored %d, by kind %v, status %s; want 1 store error, failed", sum.Errored, sum.ErrorsByKind, sum.Status)
+			}
+			if got := sum.Aggregate.Errored; got != 1 {
+				t.Errorf("exact-match counts %d errored trials, want the unrecorded one", got)
 			}
 			if got := sum.Scores["exact-match"]; got != 1 {
 				t.Errorf("exact-match = %v over the recorded trials, want 1", got)
@@ -113,10 +125,10 @@ func TestRunSecrets(t *testing.T) {
 		"TARGET_KEY": "target-secret", "CLI_KEY": "cli-secret", "HTTP_TOKEN": "http-secret",
 		"ANTHROPIC_API_KEY": "judge-secret", "OPENAI_API_KEY": "not-named-by-the-spec",
 	}
-	got := runSecrets(s, func(k string) string { return env[k] })
+	got := s.SecretValues(func(k string) string { return env[k] })
 	slices.Sort(got)
 	if want := []string{"cli-secret", "http-secret", "judge-secret", "target-secret"}; !slices.Equal(got, want) {
-		t.Errorf("runSecrets = %v, want %v", got, want)
+		t.Errorf("SecretValues = %v, want %v", got, want)
 	}
 }
 

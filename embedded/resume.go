@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+
 	"path/filepath"
 
 	"evals.si/engine"
-	"evals.si/evaluate"
+	"evals.si/runqueue"
 	"evals.si/spec"
 	"evals.si/store"
 )
@@ -50,51 +50,41 @@ func (a *App) Resume(ctx context.Context, runID string, o RunOptions) (*engine.S
 	if err := s.Validate(); err != nil {
 		return nil, ResumeError{fmt.Errorf("resuming run %s: its stored spec no longer validates: %w", run.ID, err)}
 	}
-	plan, err := a.plan(ctx, f)
+	records, err := a.planner.Records(ctx, f)
 	if err != nil {
 		return nil, err
 	}
-	defer a.closePlan(plan)
+	plan, err := a.planner.Plan(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	defer closePlan(plan)
 	trials, err := a.store.ListTrials(ctx, run.ID)
 	if err != nil {
 		return nil, err
 	}
 	// The store holds records with the run's secrets redacted; compare the
 	// dataset's the same way.
-	a.store.AddSecrets(runSecrets(s, os.Getenv)...)
-	if err := sameRecords(run.ID, plan.Records, trials, a.store.RedactJSON); err != nil {
+	a.store.AddSecrets(s.SecretValues(a.getenv)...)
+	if err := sameRecords(run.ID, records, trials, a.store.RedactJSON); err != nil {
 		return nil, ResumeError{err}
 	}
-	done, err := a.finishedOutcomes(ctx, run.ID, trials, plan.Evaluators)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := a.store.ResumeRun(ctx, run.ID); err != nil {
-		return nil, err
-	}
 	if s.IsAgentRun() {
-		if err := a.envs.Sweep(); err != nil {
+		if err := a.planner.Envs.Sweep(); err != nil {
 			return nil, err
 		}
 	}
-	a.logger.Info("resuming run", "run", run.ID, "finished", len(done), "total", len(plan.Records)*max(s.Trials, 1))
-	plan.Resume = &engine.Resume{RunID: run.ID, Done: done}
-	return a.execute(ctx, plan, o)
-}
-
-// specPath is the spec file's absolute path, stored with the run so that
-// resume resolves relative dataset paths as the run did, from any directory.
-func specPath(f *spec.File) string {
-	switch {
-	case f.Path == "" || filepath.IsAbs(f.Path):
-		return f.Path
-	case filepath.IsAbs(f.Dir):
-		return filepath.Join(f.Dir, filepath.Base(f.Path))
+	// Attempts the dead process left running go back to the queue as new
+	// attempts; trials it never registered are registered now.
+	if err := runqueue.Reopen(ctx, a.store, run.ID, records, plan.Limits.Trials); err != nil {
+		return nil, err
 	}
-	if abs, err := filepath.Abs(f.Path); err == nil {
-		return abs
+	done, err := runqueue.Outcomes(ctx, a.store, run.ID, len(plan.Evaluators))
+	if err != nil {
+		return nil, ResumeError{fmt.Errorf("resuming run %s: %w", run.ID, err)}
 	}
-	return f.Path
+	a.logger.Info("resuming run", "run", run.ID, "finished", len(done), "total", len(records)*plan.Limits.Trials)
+	return a.work(ctx, run.ID, plan, len(records), done, o)
 }
 
 func specDir(path string) string {
@@ -133,57 +123,4 @@ func sameRecords(runID string, recs []spec.Record, trials []store.Trial, redact 
 		}
 	}
 	return nil
-}
-
-// finishedOutcomes reads the run's finished trials back as engine outcomes,
-// with their per-evaluator results exactly as they were recorded.
-func (a *App) finishedOutcomes(ctx context.Context, runID string, trials []store.Trial, evals []spec.Evaluator) ([]*engine.Outcome, error) {
-	stored, err := a.store.Evaluations(ctx, runID)
-	if err != nil {
-		return nil, err
-	}
-	var out []*engine.Outcome
-	for _, t := range trials {
-		if t.Unfinished() {
-			continue
-		}
-		o := &engine.Outcome{
-			// The store counts attempts from 1, the engine from 0.
-			RunID: runID, RecordID: t.RecordID, Trial: t.Trial, Attempt: max(t.Attempt-1, 0),
-			Status: engine.TrialCompleted, ErrorKind: t.ErrorKind, Error: t.Error, Output: t.Output,
-			Usage: t.Usage, CostUSD: t.CostUSD, Isolation: t.Isolation, Started: t.StartedAt, Finished: t.FinishedAt,
-			Spend: engine.Spend{Usage: t.SpendUsage, CostUSD: t.SpendCostUSD},
-		}
-		if t.Status == store.TrialErrored {
-			o.Status = engine.TrialErrored
-			out = append(out, o)
-			continue
-		}
-		raw, ok := stored[t.ID]
-		if !ok {
-			return nil, fmt.Errorf("resuming run %s: finished trial %s (record %q, trial %d) has no stored evaluator results; it was recorded by an evalsi without resume support", runID, t.ID, t.RecordID, t.Trial)
-		}
-		if err := json.Unmarshal(raw, &o.Evaluations); err != nil {
-			return nil, fmt.Errorf("resuming run %s: decoding evaluator results of trial %s: %w", runID, t.ID, err)
-		}
-		if len(o.Evaluations) != len(evals) {
-			return nil, fmt.Errorf("resuming run %s: trial %s has %d evaluator results, the spec %d evaluators", runID, t.ID, len(o.Evaluations), len(evals))
-		}
-		out = append(out, o)
-	}
-	return out, nil
-}
-
-// putEvaluations stores a finished trial's per-evaluator results, so that a
-// resumed run aggregates it exactly as the run would have.
-func putEvaluations(ctx context.Context, st *store.Store, trialID string, o *engine.Outcome) error {
-	evs := o.Evaluations
-	if evs == nil {
-		evs = []evaluate.EvaluatorResult{}
-	}
-	b, err := json.Marshal(evs)
-	if err != nil {
-		return fmt.Errorf("encoding evaluator results of trial %s: %w", trialID, err)
-	}
-	return st.PutEvaluations(ctx, trialID, b)
 }

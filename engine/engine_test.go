@@ -43,10 +43,7 @@ func TestSummarySpendIncludesRetries(t *testing.T) {
 		},
 		Runner: &flakyRunner{failures: map[string]int{"retry": 1, "dead": 3}},
 	}
-	sum, err := (&Engine{Recorder: &batchRecorder{}}).Run(context.Background(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sum := runPlan(t, &batchRecorder{}, p)
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	if sum.Errored != 1 || sum.Tokens != 100 || !near(sum.CostUSD, 0.01) {
 		t.Errorf("final attempts: errored %d, tokens %d, cost %v; want 1, 100, 0.01", sum.Errored, sum.Tokens, sum.CostUSD)

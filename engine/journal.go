@@ -10,13 +10,6 @@ import (
 	"evals.si/trajectory"
 )
 
-// EventBatcher is implemented by recorders that append several events of
-// a trial in one durable write. The journal uses it when it can: one write
-// (one fsync) per batch instead of one per event.
-type EventBatcher interface {
-	AppendEvents(ctx context.Context, trialID string, evs []trajectory.Event) error
-}
-
 // Caps on what the engine holds in memory per trial attempt. Events are
 // streamed to the store; these bound what waits to be written. The copy
 // evaluators read is bounded by the spec's caps (see memoryBudget).
@@ -31,15 +24,15 @@ const (
 	overBudgetEventText = 1 << 10
 )
 
-// journal writes one trial attempt's events to the recorder in order, off
+// journal writes one trial attempt's events through write in order, off
 // the trial's path: emitting queues the event and returns, a writer drains
 // the queue in batches. Durability is per trial, not per event: flush waits
 // for every event before the trial is finished, and a trial a crash cuts
 // short is rerun from the start by resume, so nothing is lost by writing
 // its events a little later.
 type journal struct {
-	rec     Recorder
-	batch   EventBatcher // nil: one AppendEvent per event
+	// write appends a batch in one durable write (one fsync, one request).
+	write   func(ctx context.Context, evs []trajectory.Event) error
 	trialID string
 	ctx     context.Context
 
@@ -52,9 +45,10 @@ type journal struct {
 	done   chan struct{}
 }
 
-func newJournal(ctx context.Context, rec Recorder, trialID string) *journal {
-	j := &journal{rec: rec, trialID: trialID, ctx: context.WithoutCancel(ctx), done: make(chan struct{})}
-	j.batch, _ = rec.(EventBatcher)
+func newJournal(ctx context.Context, write func(context.Context, []trajectory.Event) error, trialID string) *journal {
+	// The writes outlive a canceled attempt only as far as the lease lets
+	// them: a lost lease makes the queue refuse them.
+	j := &journal{write: write, trialID: trialID, ctx: context.WithoutCancel(ctx), done: make(chan struct{})}
 	j.cond = sync.NewCond(&j.mu)
 	go j.run()
 	return j
@@ -99,25 +93,13 @@ func (j *journal) run() {
 		if failed {
 			continue // drop: the trial is failing already
 		}
-		if err := j.write(batch); err != nil {
+		if err := j.write(j.ctx, batch); err != nil {
 			j.mu.Lock()
 			j.err = fmt.Errorf("recording the trajectory: %w", err)
 			j.cond.Broadcast()
 			j.mu.Unlock()
 		}
 	}
-}
-
-func (j *journal) write(batch []trajectory.Event) error {
-	if j.batch != nil {
-		return j.batch.AppendEvents(j.ctx, j.trialID, batch)
-	}
-	for _, ev := range batch {
-		if err := j.rec.AppendEvent(j.ctx, j.trialID, ev); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // flush waits until every queued event is written, stops the writer, and

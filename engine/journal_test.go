@@ -23,16 +23,8 @@ type batchRecorder struct {
 	err     error
 }
 
-func (r *batchRecorder) StartRun(context.Context, RunStart) (string, error) { return "r", nil }
-func (r *batchRecorder) FinishRun(context.Context, string, string, *Summary, string) error {
-	return nil
-}
-func (r *batchRecorder) StartTrial(context.Context, string, spec.Record, int, int) (string, error) {
-	return "t", nil
-}
-func (r *batchRecorder) FinishTrial(context.Context, string, *Outcome) error { return nil }
-func (r *batchRecorder) AppendEvent(ctx context.Context, id string, e trajectory.Event) error {
-	return r.AppendEvents(ctx, id, []trajectory.Event{e})
+func (r *batchRecorder) write(ctx context.Context, evs []trajectory.Event) error {
+	return r.AppendEvents(ctx, "t", evs)
 }
 
 func (r *batchRecorder) AppendEvents(_ context.Context, _ string, evs []trajectory.Event) error {
@@ -54,7 +46,7 @@ func logEv(seq int) trajectory.Event {
 
 func TestJournalWritesInOrderInBatches(t *testing.T) {
 	rec := &batchRecorder{block: make(chan struct{})}
-	j := newJournal(context.Background(), rec, "t")
+	j := newJournal(context.Background(), rec.write, "t")
 	const n = 3 * maxQueuedEvents
 	added := make(chan error, 1)
 	go func() {
@@ -95,7 +87,7 @@ func TestJournalWritesInOrderInBatches(t *testing.T) {
 
 func TestJournalReportsWriteError(t *testing.T) {
 	rec := &batchRecorder{err: errors.New("disk full")}
-	j := newJournal(context.Background(), rec, "t")
+	j := newJournal(context.Background(), rec.write, "t")
 	_ = j.add(logEv(1))
 	err := j.flush()
 	if err == nil || !strings.Contains(err.Error(), "disk full") {
@@ -107,7 +99,6 @@ func TestJournalReportsWriteError(t *testing.T) {
 func TestTrialWithUnrecordedTrajectoryErrors(t *testing.T) {
 	rec := &batchRecorder{err: errors.New("disk full")}
 	zero := 0
-	e := &Engine{Recorder: rec}
 	p := &Plan{
 		Spec: &spec.Spec{Trials: 1, Retries: &zero}, Limits: LimitsOf(&spec.Spec{Trials: 1, Retries: &zero}),
 		Records: []spec.Record{{ID: "a"}},
@@ -116,10 +107,7 @@ func TestTrialWithUnrecordedTrajectoryErrors(t *testing.T) {
 			return &Outcome{Output: "ok"}, nil
 		}),
 	}
-	sum, err := e.Run(context.Background(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sum := runPlan(t, rec, p)
 	if sum.Errored != 1 || sum.ErrorsByKind["infra"] != 1 {
 		t.Errorf("summary %+v, want the trial errored (infra)", sum)
 	}
@@ -241,9 +229,9 @@ func TestTrialMemoryBudgetInEngine(t *testing.T) {
 			return &Outcome{Output: "ok"}, nil
 		}),
 	}
-	sum, err := (&Engine{Recorder: rec}).Run(context.Background(), p)
-	if err != nil || sum.Errored != 0 {
-		t.Fatalf("run: %v, summary %+v", err, sum)
+	sum := runPlan(t, rec, p)
+	if sum.Errored != 0 {
+		t.Fatalf("summary %+v", sum)
 	}
 	if limit := 1<<20 + size + n*(1<<10+200); held > limit {
 		t.Errorf("the trial's in-memory events hold %d bytes of text, over %d", held, limit)

@@ -38,20 +38,34 @@ const (
 	AttrToolCallID   = "gen_ai.tool.call.id"
 )
 
-// WrapRecorder returns a recorder that records into next and, from what is
-// recorded, emits spans with tracer. Spans of a run are emitted only when
-// next succeeded in recording it.
-func WrapRecorder(next engine.Recorder, tracer trace.Tracer) engine.Recorder {
-	return &recorder{next: next, tracer: tracer, runs: map[string]*runSpan{}, trials: map[string]*trialSpan{}}
-}
-
+// recorder turns what a run records into spans: the run's span from its
+// start and finish (RunStarted, RunFinished), and each attempt's span and
+// its children from what a worker leases and records through the queue
+// (Queue). In embedded mode both happen in one process and the attempts'
+// spans are children of the run's; a remote worker's attempts are roots
+// carrying the run id.
 type recorder struct {
-	next   engine.Recorder
 	tracer trace.Tracer
+	// content puts inputs and outputs on trial spans (content.go).
+	content capture
 
 	mu     sync.Mutex
 	runs   map[string]*runSpan
 	trials map[string]*trialSpan
+}
+
+func newRecorder(tracer trace.Tracer, opts ...Option) *recorder {
+	r := &recorder{tracer: tracer, runs: map[string]*runSpan{}, trials: map[string]*trialSpan{}}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// RunInfo describes a run that started.
+type RunInfo struct {
+	ID, Name, SpecPath string
+	Records, Trials    int
 }
 
 type runSpan struct {
@@ -74,32 +88,26 @@ type pendingCall struct {
 	step int
 }
 
-func (r *recorder) StartRun(ctx context.Context, rs engine.RunStart) (string, error) {
-	id, err := r.next.StartRun(ctx, rs)
-	if err != nil {
-		return id, err
-	}
+func (r *recorder) runStarted(ctx context.Context, ri RunInfo) {
 	// The run is a root: a trace per run, whatever span the caller has.
-	sctx, span := r.tracer.Start(context.WithoutCancel(ctx), "evalsi.run "+rs.Name,
+	sctx, span := r.tracer.Start(context.WithoutCancel(ctx), "evalsi.run "+ri.Name,
 		trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(
-			attribute.String(AttrRunID, id), attribute.String(AttrRunName, rs.Name),
-			attribute.String("evalsi.spec_path", rs.SpecPath),
-			attribute.Int("evalsi.records", rs.Records), attribute.Int("evalsi.trials_per_record", rs.Trials)))
+			attribute.String(AttrRunID, ri.ID), attribute.String(AttrRunName, ri.Name),
+			attribute.String("evalsi.spec_path", ri.SpecPath),
+			attribute.Int("evalsi.records", ri.Records), attribute.Int("evalsi.trials_per_record", ri.Trials)))
 	r.mu.Lock()
-	r.runs[id] = &runSpan{ctx: sctx, span: span}
+	r.runs[ri.ID] = &runSpan{ctx: sctx, span: span}
 	r.mu.Unlock()
-	return id, nil
 }
 
-func (r *recorder) FinishRun(ctx context.Context, runID, status string, sum *engine.Summary, errMsg string) error {
-	err := r.next.FinishRun(ctx, runID, status, sum, errMsg)
+func (r *recorder) runFinished(runID, status string, sum *engine.Summary, errMsg string) {
 	r.mu.Lock()
 	rs := r.runs[runID]
 	delete(r.runs, runID)
 	r.mu.Unlock()
 	if rs == nil {
-		return err
+		return
 	}
 	attrs := []attribute.KeyValue{attribute.String(AttrStatus, status)}
 	if sum != nil {
@@ -117,14 +125,9 @@ func (r *recorder) FinishRun(ctx context.Context, runID, status string, sum *eng
 		rs.span.SetStatus(codes.Error, "run "+status)
 	}
 	rs.span.End()
-	return err
 }
 
-func (r *recorder) StartTrial(ctx context.Context, runID string, rec spec.Record, trial, attempt int) (string, error) {
-	id, err := r.next.StartTrial(ctx, runID, rec, trial, attempt)
-	if err != nil {
-		return id, err
-	}
+func (r *recorder) trialStarted(ctx context.Context, runID, id string, rec spec.Record, trial, attempt int) {
 	ids := []attribute.KeyValue{attribute.String(AttrRunID, runID), attribute.String(AttrRecordID, rec.ID), attribute.Int(AttrTrial, trial)}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -132,27 +135,20 @@ func (r *recorder) StartTrial(ctx context.Context, runID string, rec spec.Record
 	if rs := r.runs[runID]; rs != nil {
 		parent = rs.ctx
 	}
-	// A retry restarts the trial under the same id: the failed attempt's
-	// span ends here, marked as such.
-	if old := r.trials[id]; old != nil {
-		old.span.SetStatus(codes.Error, "attempt abandoned for a retry")
-		old.span.End()
+	opts := []trace.SpanStartOption{trace.WithAttributes(append(ids, attribute.String(AttrTrialID, id), attribute.Int(AttrAttempt, attempt))...)}
+	if r.content.enabled() {
+		opts = append(opts, r.content.start(parent, rec)...)
 	}
-	sctx, span := r.tracer.Start(parent, "evalsi.trial "+rec.ID,
-		trace.WithAttributes(append(ids, attribute.String(AttrTrialID, id), attribute.Int(AttrAttempt, attempt))...))
+	sctx, span := r.tracer.Start(parent, "evalsi.trial "+rec.ID, opts...)
 	r.trials[id] = &trialSpan{ctx: sctx, span: span, ids: ids, calls: map[string]pendingCall{}}
-	return id, nil
 }
 
-func (r *recorder) AppendEvent(ctx context.Context, trialID string, e trajectory.Event) error {
-	if err := r.next.AppendEvent(ctx, trialID, e); err != nil {
-		return err
-	}
+func (r *recorder) event(trialID string, e trajectory.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ts := r.trials[trialID]
 	if ts == nil {
-		return nil
+		return
 	}
 	end := e.Time
 	if end.IsZero() {
@@ -229,7 +225,6 @@ func (r *recorder) AppendEvent(ctx context.Context, trialID string, e trajectory
 	case e.Kind == trajectory.KindStop && e.Stop != nil:
 		ts.span.SetAttributes(attribute.String("evalsi.stop_reason", e.Stop.Reason))
 	}
-	return nil
 }
 
 // span records a finished child span of the trial. Tool arguments and
@@ -243,14 +238,15 @@ func (r *recorder) span(ts *trialSpan, name string, kind trace.SpanKind, start, 
 	s.End(trace.WithTimestamp(end))
 }
 
-func (r *recorder) FinishTrial(ctx context.Context, trialID string, o *engine.Outcome) error {
-	err := r.next.FinishTrial(ctx, trialID, o)
+// trialFinished ends the attempt's span; o is nil when the attempt was
+// dropped (its lease lost, or it could not be recorded), with why.
+func (r *recorder) trialFinished(trialID string, o *engine.Outcome, dropped string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ts := r.trials[trialID]
 	delete(r.trials, trialID)
 	if ts == nil {
-		return err
+		return
 	}
 	now := time.Now()
 	// A tool call with no result (the trial was cut short) still took time.
@@ -260,6 +256,11 @@ func (r *recorder) FinishTrial(ctx context.Context, trialID string, o *engine.Ou
 		msg := "no result was recorded"
 		r.span(ts, "execute_tool "+pc.call.Name, trace.SpanKindInternal, pc.at, now, attrs, &msg)
 	}
+	if o == nil {
+		ts.span.SetStatus(codes.Error, dropped)
+		ts.span.End(trace.WithTimestamp(now))
+		return
+	}
 	attrs := []attribute.KeyValue{attribute.String(AttrStatus, o.Status), attribute.Float64(AttrCostUSD, o.CostUSD),
 		attribute.Int(AttrInputTokens, o.Usage.InputTokens), attribute.Int(AttrOutputTokens, o.Usage.OutputTokens)}
 	if o.Verdict != nil {
@@ -268,11 +269,26 @@ func (r *recorder) FinishTrial(ctx context.Context, trialID string, o *engine.Ou
 	for _, s := range o.Scores() {
 		attrs = append(attrs, attribute.Float64("evalsi.score."+s.Name, s.Value))
 	}
+	if r.content.enabled() {
+		attrs = append(attrs, r.content.end(o)...)
+	}
 	ts.span.SetAttributes(attrs...)
 	if o.Status == engine.TrialErrored {
 		ts.span.SetAttributes(attribute.String(AttrErrorKind, o.ErrorKind))
 		ts.span.SetStatus(codes.Error, o.ErrorKind+": "+o.Error)
 	}
 	ts.span.End(trace.WithTimestamp(now))
-	return err
+}
+
+// closeOpen ends the spans of attempts still open (interrupted).
+func (r *recorder) closeOpen() {
+	r.mu.Lock()
+	ids := make([]string, 0, len(r.trials))
+	for id := range r.trials {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	for _, id := range ids {
+		r.trialFinished(id, nil, "interrupted before the attempt finished")
+	}
 }

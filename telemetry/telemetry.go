@@ -88,16 +88,24 @@ func protoName(p string) string {
 	return p
 }
 
-// Wrap returns next unchanged when the environment (os.Getenv) asks for no
-// trace export. Otherwise it returns a recorder that also exports spans, and
-// a function that flushes and stops the exporter; call it when the run ends.
-func Wrap(ctx context.Context, next engine.Recorder) (engine.Recorder, func(context.Context) error, error) {
+// Tracing exports a run's spans over OTLP. A nil *Tracing (the
+// environment asks for no export) does nothing.
+type Tracing struct {
+	r        *recorder
+	shutdown func(context.Context) error
+}
+
+// Start returns nil when the environment (os.Getenv) asks for no trace
+// export; otherwise a Tracing exporting to the OTLP endpoint it names.
+// Call Shutdown when done. opts add to what the environment asks for: a
+// host that captures content (CaptureContentEnv) passes WithRedact.
+func Start(ctx context.Context, opts ...Option) (*Tracing, error) {
 	if !Enabled(os.Getenv) {
-		return next, func(context.Context) error { return nil }, nil
+		return nil, nil
 	}
 	tp, err := NewProvider(ctx, os.Getenv)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	shutdown := func(ctx context.Context) error {
 		// An unreachable collector must not hold the command up for long.
@@ -108,5 +116,42 @@ func Wrap(ctx context.Context, next engine.Recorder) (engine.Recorder, func(cont
 		}
 		return nil
 	}
-	return WrapRecorder(next, tp.Tracer(TracerName)), shutdown, nil
+	r := newRecorder(tp.Tracer(TracerName), append([]Option{WithContent(CaptureContent(os.Getenv))}, opts...)...)
+	if err := r.checkCapture(); err != nil {
+		_ = tp.Shutdown(ctx)
+		return nil, err
+	}
+	return &Tracing{r: r, shutdown: shutdown}, nil
+}
+
+// RunStarted opens the run's span.
+func (t *Tracing) RunStarted(ctx context.Context, ri RunInfo) {
+	if t != nil {
+		t.r.runStarted(ctx, ri)
+	}
+}
+
+// RunFinished closes the run's span with its summary.
+func (t *Tracing) RunFinished(runID, status string, sum *engine.Summary, errMsg string) {
+	if t != nil {
+		t.r.runFinished(runID, status, sum, errMsg)
+	}
+}
+
+// Queue returns q, also emitting the spans of the attempts leased
+// through it.
+func (t *Tracing) Queue(q engine.Queue) engine.Queue {
+	if t == nil {
+		return q
+	}
+	return &tracedQueue{next: q, r: t.r}
+}
+
+// Shutdown ends open spans and flushes the exporter.
+func (t *Tracing) Shutdown(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	t.r.closeOpen()
+	return t.shutdown(ctx)
 }

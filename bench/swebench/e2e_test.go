@@ -173,7 +173,7 @@ func (h *harness) runRecord(t *testing.T, rec spec.Record, ag agent.Agent) *traj
 	t.Helper()
 	reg := checker.NewRegistry()
 	swebench.RegisterParsers(reg)
-	r := &engine.AgentRunner{Spec: &spec.Spec{}, Envs: h.envs, Agent: ag, Checkers: reg, ProxyDir: t.TempDir()}
+	r := &engine.AgentRunner{Envs: h.envs, Agent: ag, Checkers: reg, ProxyDir: t.TempDir()}
 	discard := trajectory.SinkFunc(func(trajectory.Event) error { return nil })
 	tc := &engine.TrialContext{RunID: "r", TrialID: "t-" + rec.ID, Record: rec, Emit: discard}
 	o, err := r.RunTrial(t.Context(), tc)
@@ -263,7 +263,7 @@ func TestGradedInAFreshSandbox(t *testing.T) {
 	)
 
 	t.Run("the gold patch through the oracle resolves", func(t *testing.T) {
-		v := h.run(t, id, oracle.New([]spec.Record{h.records[id]}))
+		v := h.run(t, id, oracle.New())
 		if !v.Pass || v.Score != 1 || !strings.Contains(v.Details, "FAIL_TO_PASS 1/1, PASS_TO_PASS 1/1") {
 			t.Errorf("verdict %+v", v)
 		}
