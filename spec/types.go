@@ -84,16 +84,21 @@ type RunDataset struct {
 // TracesDataset is dataset: {traces: {service, policy, filter, lookback}}:
 // one record per trace of Service within Lookback, read from a Jaeger query
 // endpoint (URL) or OTLP JSON files (File, the OTel Collector file
-// exporter's format), kept when Filter (CEL over the trace's root span)
-// holds and Policy samples it.
+// exporter's format), kept when Filter (CEL over the trace's root span of
+// the service) holds and Policy samples it. A record's id is the trace id,
+// its input the root span's gen_ai.input.messages (or OpenInference
+// input.value), its expected gen_ai.output.messages (or output.value);
+// package dataset/traces has the details.
 type TracesDataset struct {
 	Service string `json:"service"`
 	// URL is the Jaeger query API's base URL (http://host:16686); File is
 	// an OTLP JSON lines file or directory. Exactly one.
 	URL  string `json:"url,omitempty"`
 	File string `json:"file,omitempty"`
-	// Filter is a CEL expression over span (name, attributes, status,
-	// duration_ms, ...); empty keeps every trace.
+	// Filter is a CEL expression over span (name, attributes, status
+	// "ok"|"error"|"unset", duration_ms, trace_id, span_id, parent_span_id,
+	// kind, start, resource); empty keeps every trace. A trace it cannot be
+	// evaluated on (a missing attribute) is skipped.
 	Filter string `json:"filter,omitempty"`
 	// Lookback bounds how far back traces are read (default 24h).
 	Lookback Duration     `json:"lookback,omitempty"`
@@ -101,7 +106,10 @@ type TracesDataset struct {
 }
 
 // TracePolicy samples traces reproducibly: a trace is kept when the hash
-// of its trace id falls below Sample (default 1, all), up to Limit.
+// of its trace id (the first 8 bytes of SHA-256 of the lowercase hex id, as
+// a fraction of 2^64) falls below Sample (default 1, all). Limit keeps the
+// newest Limit records (by the root span's start) after sampling and the
+// filter; 0 keeps all.
 type TracePolicy struct {
 	Sample *float64 `json:"sample,omitempty"`
 	Limit  int      `json:"limit,omitempty"`
