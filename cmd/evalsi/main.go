@@ -59,6 +59,8 @@ Usage:
   evalsi view [--store PATH] [--listen 127.0.0.1:0]
   evalsi run --resume RUN | evalsi runs resume RUN [--store PATH] [--json]
   evalsi datasets inspect URI [--json]
+  evalsi promote RUN --dataset NAME --when CEL [--include-outputs] [--store PATH]
+  evalsi shadow -f CANDIDATE [--baseline RUN] [--json] [--store PATH]
   evalsi schema
 
 Exit codes: 0 ok; 1 a --fail-under threshold was missed; 2 spec or usage
@@ -80,6 +82,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdView(ctx, args[1:], stdout, stderr)
 	case "datasets":
 		err = cmdDatasets(ctx, args[1:], stdout, stderr)
+	case "promote":
+		err = cmdPromote(ctx, args[1:], stdout, stderr)
+	case "shadow":
+		err = cmdShadow(ctx, args[1:], stdout, stderr)
 	case "schema":
 		err = cmdSchema(args[1:], stdout)
 	case "help", "-h", "--help":
