@@ -1,5 +1,6 @@
-// Command evalsid holds the daemon roles: the scripted model server, the
-// sandbox probe, and (in later work) serve, worker and sandboxd.
+// Command evalsid holds the daemon roles: the team server (serve), the
+// workers that lease its trials (worker), the scripted model server and the
+// sandbox probe.
 package main
 
 import (
@@ -25,6 +26,8 @@ const usage = `evalsid runs Evals.si's daemon roles.
 Usage:
   evalsid model-server --script SCRIPT.yaml [--listen 127.0.0.1:0] [--dump DIR]
   evalsid sandbox probe [--json]
+  evalsid serve --config server.yaml
+  evalsid worker --server URL [--name NAME] [--slots N] [--state-dir DIR] [--dir DIR]
 `
 
 func main() {
@@ -44,6 +47,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case args[0] == "model-server":
 		err = modelServer(ctx, args[1:], stdout, stderr, logger)
+	case args[0] == "serve":
+		err = serve(ctx, args[1:], stdout, stderr, logger)
+	case args[0] == "worker":
+		err = worker(ctx, args[1:], stderr, logger)
 	case args[0] == "sandbox" && len(args) > 1 && args[1] == "probe":
 		err = probe(ctx, args[2:], stdout, stderr)
 	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":

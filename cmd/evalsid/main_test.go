@@ -13,12 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"evals.si/internal/testenv/pgtest"
 	"evals.si/sandbox/reexec"
 )
 
 func TestMain(m *testing.M) {
 	reexec.Init()
-	os.Exit(m.Run())
+	pgtest.Main(m)
 }
 
 func TestProbeJSON(t *testing.T) {

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"evals.si/access"
+	"evals.si/api"
+	"evals.si/dataset/traces"
+	"evals.si/planner"
+	"evals.si/regress"
+	"evals.si/server"
+	"evals.si/store"
+	"evals.si/store/postgres"
+)
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) error {
+	fs := flag.NewFlagSet("evalsid serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "server config file (server.yaml)")
+	if err := fs.Parse(args); err != nil {
+		return usageErr{err}
+	}
+	if *cfgPath == "" || fs.NArg() > 0 {
+		return usageErr{errors.New("serve needs --config server.yaml and nothing else")}
+	}
+	cfg, err := server.LoadConfig(*cfgPath)
+	if err != nil {
+		return usageErr{err}
+	}
+	acc, err := access.New(cfg.Config, os.Getenv)
+	if err != nil {
+		return usageErr{fmt.Errorf("%s: %w", *cfgPath, err)}
+	}
+	st, err := openServerStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	datasets := planner.Datasets()
+	datasets.ServeRuns(regress.NewRunSource(st, logger))
+	datasets.ServeTraces(traces.NewSource(traces.Options{}))
+	srv, err := server.New(server.Options{
+		Store: st, Access: acc, Records: &planner.Host{Datasets: datasets, Logger: logger},
+		DatasetsDir: cfg.DatasetsDir, LeaseTTL: cfg.Leases.TTL.D(), MaxLeaseTTL: cfg.Leases.MaxTTL.D(),
+		Viewer: cfg.ViewerOn(), Promote: promoter(cfg.DatasetsDir), Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go srv.Sweep(sctx, cfg.Leases.Sweep.D())
+	fmt.Fprintf(stdout, "evalsid: serving on http://%s (API description at %s)\n", ln.Addr(), api.PathOpenAPI)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	shut, cancelShut := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancelShut()
+	return hs.Shutdown(shut)
+}
+
+func openServerStore(ctx context.Context, cfg *server.Config) (server.Store, error) {
+	if cfg.Store.SQLite != "" {
+		if err := os.MkdirAll(filepath.Dir(cfg.Store.SQLite), 0o700); err != nil {
+			return nil, err
+		}
+		st, err := store.Open(ctx, cfg.Store.SQLite)
+		if err != nil {
+			return nil, fmt.Errorf("opening the store %s: %w", cfg.Store.SQLite, err)
+		}
+		return st, nil
+	}
+	dsn := os.Getenv(cfg.Store.PostgresEnv)
+	if dsn == "" {
+		return nil, usageErr{fmt.Errorf("store.postgres_env names %s, which is not set (it must hold the PostgreSQL DSN)", cfg.Store.PostgresEnv)}
+	}
+	blobs, err := store.OpenFSBlobs(cfg.BlobsDir)
+	if err != nil {
+		return nil, fmt.Errorf("opening blobs_dir: %w", err)
+	}
+	st, err := postgres.Open(ctx, dsn, blobs)
+	if err != nil {
+		return nil, fmt.Errorf("opening the PostgreSQL store: %w", err)
+	}
+	return st, nil
+}
+
+// promoter appends to <datasets_dir>/promoted/<project>/<name>.jsonl.
+func promoter(dir string) server.PromoteFunc {
+	if dir == "" {
+		return nil
+	}
+	return func(ctx context.Context, st server.Store, project, runID string, req api.PromoteRequest) (api.PromoteResult, error) {
+		o := regress.Options{Dataset: req.Dataset, When: req.When, IncludeOutputs: req.IncludeOutputs, Project: project, Dir: dir}
+		added, skipped, err := regress.Promote(ctx, st, runID, o)
+		if err != nil {
+			return api.PromoteResult{}, err
+		}
+		path, err := regress.DatasetPath(dir, project, req.Dataset)
+		if err != nil {
+			return api.PromoteResult{}, err
+		}
+		// The client sees the path under datasets_dir, not the server's
+		// file system.
+		if rel, err := filepath.Rel(dir, path); err == nil {
+			path = rel
+		}
+		return api.PromoteResult{Added: added, Skipped: skipped, Path: path}, nil
+	}
+}

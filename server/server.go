@@ -1,0 +1,265 @@
+// Package server is `evalsid serve`: the HTTP API a team shares. It takes
+// run submissions (checking the submitter's rights, the credentials the run
+// names and the programs it would start on a worker), hands trial attempts
+// to workers under leases, records what they report, sweeps expired leases
+// back into the queue, finalizes runs, and serves runs, trials, events,
+// datasets and the viewer to the projects allowed to read them. It never
+// runs a trial itself.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"evals.si/access"
+	"evals.si/api"
+	"evals.si/spec"
+	"evals.si/store"
+)
+
+// Store is the store a server needs.
+type Store interface {
+	store.Backend
+}
+
+// Recorder loads a submitted spec's dataset and applies the record
+// policies (planner.Host.Records).
+type Records interface {
+	Records(ctx context.Context, f *spec.File) ([]spec.Record, error)
+}
+
+// Options configure a Server.
+type Options struct {
+	Store  Store
+	Access *access.Access
+	// Records loads datasets; relative paths resolve against DatasetsDir.
+	Records     Records
+	DatasetsDir string
+	// LeaseTTL is the default lease (30s); MaxLeaseTTL caps what a worker
+	// may ask for (5m).
+	LeaseTTL    time.Duration
+	MaxLeaseTTL time.Duration
+	// Viewer serves the run viewer at the root (see viewer.go).
+	Viewer bool
+	// Promote, when set, serves POST /v1/runs/{id}/promote.
+	Promote PromoteFunc
+	Logger  *slog.Logger
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+// PromoteFunc appends a run's matching records to
+// <datasets_dir>/promoted/<project>/<name>.jsonl.
+type PromoteFunc func(ctx context.Context, st Store, project, runID string, req api.PromoteRequest) (api.PromoteResult, error)
+
+// Server is the API.
+type Server struct {
+	o   Options
+	mux *http.ServeMux
+	log *slog.Logger
+}
+
+// Request body limits: a submitted spec (its inline records included), a
+// batch of events, anything else.
+const (
+	maxSubmitBytes = 32 << 20
+	maxEventsBytes = 64 << 20
+	maxBodyBytes   = 1 << 20
+)
+
+// New returns a server over o.Store.
+func New(o Options) (*Server, error) {
+	if o.Store == nil || o.Access == nil || o.Records == nil {
+		return nil, errors.New("server: a store, access rules and a dataset loader are required")
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 30 * time.Second
+	}
+	if o.MaxLeaseTTL <= 0 {
+		o.MaxLeaseTTL = 5 * time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	s := &Server{o: o, mux: http.NewServeMux(), log: o.Logger}
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	m := s.mux
+	m.HandleFunc("GET "+api.PathOpenAPI, s.openAPI)
+	m.HandleFunc("GET "+api.PathHealth, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+
+	m.Handle("POST /v1/runs", s.authed(s.submit))
+	m.Handle("GET /v1/runs", s.authed(s.listRuns))
+	m.Handle("GET /v1/runs/{id}", s.authed(s.getRun))
+	m.Handle("GET /v1/runs/{id}/trials", s.authed(s.listTrials))
+	m.Handle("GET /v1/runs/{id}/export", s.authed(s.exportRun))
+	m.Handle("POST /v1/runs/{id}/promote", s.authed(s.promote))
+	m.Handle("GET /v1/trials/{id}/events", s.authed(s.trialEvents))
+	m.Handle("GET /v1/datasets", s.authed(s.listDatasets))
+	m.Handle("GET /v1/datasets/{path...}", s.authed(s.getDataset))
+
+	m.Handle("POST /v1/worker/lease", s.authed(s.lease))
+	m.Handle("GET /v1/worker/runs/{id}", s.authed(s.workerRun))
+	m.Handle("POST /v1/worker/trials/{id}/heartbeat", s.authed(s.heartbeat))
+	m.Handle("POST /v1/worker/trials/{id}/events", s.authed(s.appendEvents))
+	m.Handle("POST /v1/worker/trials/{id}/finish", s.authed(s.finish))
+
+	m.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no API route %s %s (the API is described at %s)", r.Method, r.URL.Path, api.PathOpenAPI), "")
+	})
+	if s.o.Viewer {
+		m.HandleFunc("/login", s.login)
+		m.Handle("/", s.authed(s.viewer))
+	} else {
+		m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route %s %s (the API is described at %s)", r.Method, r.URL.Path, api.PathOpenAPI), "")
+		})
+	}
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "panic", v)
+			writeError(w, http.StatusInternalServerError, "internal", "internal error", "")
+		}
+	}()
+	s.mux.ServeHTTP(w, r)
+}
+
+type principalKey struct{}
+
+// handler is an API handler; an error it returns becomes the response.
+type handler func(w http.ResponseWriter, r *http.Request, p access.Principal) error
+
+// authed authenticates the bearer token of every request it serves.
+func (s *Server) authed(h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			// Browsers (the viewer) carry the token in the cookie /login
+			// set; only for safe methods, so no cross-site form acts with it.
+			if c, err := r.Cookie(tokenCookie); err == nil {
+				tok, ok = c.Value, true
+			}
+		}
+		if !ok || tok == "" {
+			if s.o.Viewer && !strings.HasPrefix(r.URL.Path, "/v1/") && r.Method == http.MethodGet {
+				http.Redirect(w, r, "/login", http.StatusSeeOther)
+				return
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="evalsi"`)
+			writeError(w, http.StatusUnauthorized, "unauthenticated", "this API needs a bearer token (Authorization: Bearer TOKEN; the CLI reads EVALSI_TOKEN or the token in its config file)", "")
+			return
+		}
+		p, err := s.o.Access.Authenticate(tok)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="evalsi", error="invalid_token"`)
+			writeError(w, http.StatusUnauthorized, "unauthenticated", "the bearer token is not valid", "")
+			return
+		}
+		if err := h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), p); err != nil {
+			s.fail(w, r, err)
+		}
+	})
+}
+
+// apiError is an error with its HTTP status.
+type apiError struct {
+	status int
+	code   string
+	field  string
+	err    error
+}
+
+func (e *apiError) Error() string { return e.err.Error() }
+func (e *apiError) Unwrap() error { return e.err }
+
+func badRequest(field string, format string, args ...any) error {
+	return &apiError{status: http.StatusBadRequest, code: "bad_request", field: field, err: fmt.Errorf(format, args...)}
+}
+
+func notFound(format string, args ...any) error {
+	return &apiError{status: http.StatusNotFound, code: "not_found", err: fmt.Errorf(format, args...)}
+}
+
+func refused(err error) error {
+	return &apiError{status: http.StatusUnprocessableEntity, code: "refused", err: err}
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &ae):
+		writeError(w, ae.status, ae.code, ae.err.Error(), ae.field)
+	case errors.As(err, &mbe):
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is over the limit of %d bytes", mbe.Limit), "")
+	case errors.Is(err, access.ErrDenied):
+		writeError(w, http.StatusForbidden, "forbidden", err.Error(), "")
+	case errors.Is(err, store.ErrLeaseLost):
+		writeError(w, http.StatusConflict, "lease_lost", err.Error(), "")
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrAmbiguous):
+		writeError(w, http.StatusNotFound, "not_found", err.Error(), "")
+	case errors.Is(err, context.Canceled):
+		// The client went away; nobody reads the answer.
+	default:
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusInternalServerError, "internal", "internal error (the server log has the details)", "")
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg, field string) {
+	writeJSON(w, status, api.Error{Error: api.ErrorBody{Code: code, Message: msg, Field: field}})
+}
+
+// decode reads a JSON body of at most limit bytes into v, refusing unknown
+// fields and trailing data.
+func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return &apiError{status: http.StatusUnsupportedMediaType, code: "bad_request", err: fmt.Errorf("the body must be application/json, not %s", ct)}
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		if errors.Is(err, io.EOF) {
+			return badRequest("", "the request needs a JSON body")
+		}
+		return badRequest("", "decoding the JSON body: %v", err)
+	}
+	if dec.More() {
+		return badRequest("", "the JSON body has data after its object")
+	}
+	return nil
+}

@@ -1,0 +1,228 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+	"unicode"
+
+	"evals.si/access"
+	"evals.si/api"
+	"evals.si/engine"
+	"evals.si/runqueue"
+	"evals.si/store"
+)
+
+// The worker API: a worker (a service token with worker.lease) leases an
+// attempt, reads the spec of its run to plan it, then heartbeats, appends
+// events and finishes under the lease's epoch. A lease is owned by
+// "<token>/<worker name>"; the fenced writes also check that the caller's
+// token owns the attempt's lease, so one worker cannot write into
+// another's attempt even when it guesses an epoch.
+
+func (s *Server) workerAllowed(ctx context.Context, p access.Principal) error {
+	return s.o.Access.Authorize(ctx, p, access.Resource{Kind: "queue"}, access.Request{Action: "worker.lease", Time: s.o.Now()})
+}
+
+func (s *Server) ttl(ms int64) time.Duration {
+	if ms <= 0 {
+		return s.o.LeaseTTL
+	}
+	return min(max(time.Duration(ms)*time.Millisecond, time.Second), s.o.MaxLeaseTTL)
+}
+
+func validWorkerName(n string) bool {
+	if n == "" || len(n) > 128 {
+		return false
+	}
+	for _, r := range n {
+		if !(r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("-_.:@", r))) {
+			return false
+		}
+	}
+	return true
+}
+
+func owner(p access.Principal, worker string) string { return p.ID + "/" + worker }
+
+func (s *Server) lease(w http.ResponseWriter, r *http.Request, p access.Principal) error {
+	if err := s.workerAllowed(r.Context(), p); err != nil {
+		return err
+	}
+	var req api.LeaseRequest
+	if err := decode(w, r, maxBodyBytes, &req); err != nil {
+		return err
+	}
+	if !validWorkerName(req.Worker) {
+		return badRequest("worker", "worker must be 1 to 128 letters, digits or -_.:@, not %q", req.Worker)
+	}
+	ttl := s.ttl(req.TTLMS)
+	lr := store.LeaseRequest{Worker: owner(p, req.Worker), TTL: ttl, Runs: req.Runs}
+	if p.Project != "" {
+		lr.Projects = []string{p.Project}
+	}
+	l, err := s.o.Store.Lease(r.Context(), lr)
+	if errors.Is(err, store.ErrNoWork) {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.Lease{RunID: l.RunID, TrialID: l.TrialID, Record: l.Record, Trial: l.Trial,
+		Attempt: l.Attempt, RetriesUsed: l.RetriesUsed, Epoch: l.Epoch, TTLMS: ttl.Milliseconds(),
+		PriorUsage: l.SpendUsage, PriorCostUSD: l.SpendCostUSD})
+	return nil
+}
+
+// workerRun gives a worker the spec of a run it holds (or held) a lease in.
+func (s *Server) workerRun(w http.ResponseWriter, r *http.Request, p access.Principal) error {
+	if err := s.workerAllowed(r.Context(), p); err != nil {
+		return err
+	}
+	run, err := s.o.Store.GetRun(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return notFound("no run %s", r.PathValue("id"))
+	}
+	attempts, err := s.o.Store.ListAttempts(r.Context(), run.ID)
+	if err != nil {
+		return err
+	}
+	held := false
+	for _, t := range attempts {
+		if strings.HasPrefix(t.LeaseOwner, p.ID+"/") {
+			held = true
+			break
+		}
+	}
+	if !held {
+		return notFound("no run %s among the runs this worker leased trials of", run.ID)
+	}
+	writeJSON(w, http.StatusOK, api.RunSpec{ID: run.ID, Name: run.Name, SpecPath: run.SpecPath, Spec: run.Spec})
+	return nil
+}
+
+// leased checks that the attempt is leased by the caller and returns the
+// store lease its fenced writes go through.
+func (s *Server) leased(ctx context.Context, p access.Principal, trialID string, epoch int64) (store.Lease, error) {
+	if err := s.workerAllowed(ctx, p); err != nil {
+		return store.Lease{}, err
+	}
+	if epoch <= 0 {
+		return store.Lease{}, badRequest("epoch", "the write needs the lease's epoch")
+	}
+	t, err := s.o.Store.GetTrial(ctx, trialID)
+	if err != nil {
+		return store.Lease{}, notFound("no trial %s", trialID)
+	}
+	if t.ID != trialID {
+		return store.Lease{}, notFound("no trial %s (give the whole id)", trialID)
+	}
+	if !strings.HasPrefix(t.LeaseOwner, p.ID+"/") {
+		return store.Lease{}, fmt.Errorf("trial %s is leased by another worker: %w", trialID, store.ErrLeaseLost)
+	}
+	return store.Lease{TrialID: t.ID, RunID: t.RunID, RecordID: t.RecordID, Trial: t.Trial, Attempt: t.Attempt, Epoch: epoch, Worker: t.LeaseOwner}, nil
+}
+
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, p access.Principal) error {
+	var req api.HeartbeatRequest
+	if err := decode(w, r, maxBodyBytes, &req); err != nil {
+		return err
+	}
+	l, err := s.leased(r.Context(), p, r.PathValue("id"), req.Epoch)
+	if err != nil {
+		return err
+	}
+	until, err := s.o.Store.Heartbeat(r.Context(), l, s.ttl(req.TTLMS))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"lease_until": until})
+	return nil
+}
+
+func (s *Server) appendEvents(w http.ResponseWriter, r *http.Request, p access.Principal) error {
+	var req api.EventsRequest
+	if err := decode(w, r, maxEventsBytes, &req); err != nil {
+		return err
+	}
+	l, err := s.leased(r.Context(), p, r.PathValue("id"), req.Epoch)
+	if err != nil {
+		return err
+	}
+	for i, ev := range req.Events {
+		if ev.Kind == "" {
+			return badRequest(fmt.Sprintf("events[%d].kind", i), "event %d has no kind", i)
+		}
+		if ev.Seq < 0 {
+			return badRequest(fmt.Sprintf("events[%d].seq", i), "event %d has a negative seq", i)
+		}
+	}
+	if err := s.o.Store.AppendLeased(r.Context(), l, req.Events); err != nil {
+		if errors.Is(err, store.ErrLeaseLost) {
+			return err
+		}
+		return badRequest("events", "%v", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) finish(w http.ResponseWriter, r *http.Request, p access.Principal) error {
+	var req api.FinishRequest
+	if err := decode(w, r, maxEventsBytes, &req); err != nil {
+		return err
+	}
+	l, err := s.leased(r.Context(), p, r.PathValue("id"), req.Epoch)
+	if err != nil {
+		return err
+	}
+	o := req.Outcome.EngineOutcome(l.RunID)
+	if o.Status != engine.TrialCompleted && o.Status != engine.TrialErrored {
+		return badRequest("outcome.status", "outcome status must be %s or %s, not %q", engine.TrialCompleted, engine.TrialErrored, o.Status)
+	}
+	c, err := runqueue.Completion(o, req.Retry)
+	if err != nil {
+		return badRequest("outcome", "%v", err)
+	}
+	if err := s.o.Store.Complete(r.Context(), l, c); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	if !req.Retry {
+		// The worker's answer is out; finishing the run is the server's.
+		s.finalizeIfDone(context.WithoutCancel(r.Context()), l.RunID)
+	}
+	return nil
+}
+
+// finalizeIfDone summarizes the run when its last trial has finished. Two
+// workers finishing the last two trials at once may both get here; both
+// write the same summary.
+func (s *Server) finalizeIfDone(ctx context.Context, runID string) {
+	done, err := runqueue.Done(ctx, s.o.Store, runID)
+	if err != nil || !done {
+		if err != nil {
+			s.log.Warn("checking whether a run is done", "run", runID, "err", err)
+		}
+		return
+	}
+	run, err := s.o.Store.GetRun(ctx, runID)
+	if err != nil || run.Status != store.RunRunning {
+		return
+	}
+	sp, err := run.DecodeSpec()
+	if err != nil {
+		s.log.Error("finalizing a run", "run", runID, "err", err)
+		return
+	}
+	sum, err := runqueue.Finalize(ctx, s.o.Store, runID, runqueue.FinalizeOptions{Evaluators: engine.EvaluatorsOf(sp)})
+	if err != nil {
+		s.log.Error("finalizing a run", "run", runID, "err", err)
+		return
+	}
+	s.log.Info("run finished", "run", runID, "status", sum.Status, "trials", sum.Records*sum.Trials, "errored", sum.Errored)
+}
