@@ -2,8 +2,10 @@ package server
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"evals.si/access"
 	"evals.si/spec"
@@ -19,6 +21,7 @@ import (
 //	datasets_dir: /srv/evalsi/datasets
 //	leases: {ttl: 30s, sweep: 5s}
 //	viewer: true
+//	trace_backends: [http://jaeger:16686]   # what dataset: {traces: {url}} may read
 //	projects: …  tokens: …  authorization: …  credentials: …  agents: …   (package access)
 type Config struct {
 	Listen      string       `json:"listen,omitempty"`
@@ -27,6 +30,11 @@ type Config struct {
 	DatasetsDir string       `json:"datasets_dir,omitempty"`
 	Leases      LeasesConfig `json:"leases,omitzero"`
 	Viewer      *bool        `json:"viewer,omitempty"`
+	// TraceBackends are the trace backends (Jaeger query URLs, such as
+	// http://jaeger:16686) a dataset: {traces: {url}} may read; none by
+	// default, so a submitted spec cannot make the server fetch an address
+	// of its choosing.
+	TraceBackends []string `json:"trace_backends,omitempty"`
 	access.Config
 }
 
@@ -77,6 +85,11 @@ func LoadConfig(path string) (*Config, error) {
 		}
 		c.BlobsDir = filepath.Join(filepath.Dir(c.Store.SQLite), "blobs")
 	}
+	for i, b := range c.TraceBackends {
+		if u, err := url.Parse(b); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("%s: trace_backends[%d] %q is not an http(s) URL", path, i, b)
+		}
+	}
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
 	}
@@ -84,6 +97,21 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, fmt.Errorf("%s: leases durations must be positive", path)
 	}
 	return &c, nil
+}
+
+// AllowTraceURL admits a traces URL on one of the configured backends (same
+// scheme and host, path beneath the backend's).
+func (c *Config) AllowTraceURL(u *url.URL) error {
+	for _, b := range c.TraceBackends {
+		bu, err := url.Parse(b)
+		if err != nil {
+			continue
+		}
+		if u.Scheme == bu.Scheme && u.Host == bu.Host && strings.HasPrefix(u.Path, strings.TrimRight(bu.Path, "/")) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not a trace backend of this server (the server config's trace_backends lists them)", u.Redacted())
 }
 
 // ViewerOn reports whether the viewer is served (default yes).

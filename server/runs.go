@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"strconv"
 
 	"evals.si/access"
@@ -55,6 +57,9 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, p access.Princip
 		return badRequest("spec", "%v", err)
 	}
 	res := access.RunResource(project, f.Spec)
+	if err := s.confinePaths(f.Spec, res.Paths); err != nil {
+		return err
+	}
 	if err := s.o.Access.Authorize(r.Context(), p, res, access.Request{Action: "runs.create", Time: s.o.Now()}); err != nil {
 		return err
 	}
@@ -103,6 +108,71 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, p access.Princip
 		return err
 	}
 	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// confinePaths refuses a spec naming files the server or a worker would
+// read on the submitter's behalf outside datasets_dir: the dataset's path,
+// uri and traces file must be clean relative paths inside datasets_dir
+// (through an os.Root, so no symlink leads out), and nothing may name a file
+// on a worker (a script_file, a recording dir): the CLI inlines scripts
+// before it submits, and a worker's files hold its credentials.
+func (s *Server) confinePaths(sp *spec.Spec, paths []string) error {
+	d := sp.Dataset
+	server := map[string]string{}
+	if d.Path != "" {
+		server[d.Path] = "dataset.path"
+	}
+	if d.URI != "" {
+		if u, err := url.Parse(d.URI); err == nil {
+			server[u.Host+u.Path] = "dataset.uri"
+			for k, vs := range u.Query() {
+				for _, v := range vs {
+					if strings.Contains(v, "/") || strings.HasSuffix(k, "_dir") {
+						server[v] = "dataset.uri " + k
+					}
+				}
+			}
+		}
+		server[d.URI] = "dataset.uri"
+	}
+	if t := d.Traces; t != nil && t.File != "" {
+		server[t.File] = "dataset.traces.file"
+	}
+	for p, field := range server {
+		if p == d.URI {
+			continue
+		}
+		if err := s.insideDatasets(p); err != nil {
+			return badRequest("spec."+field, "%s %q: %v", field, p, err)
+		}
+	}
+	for _, p := range paths {
+		if _, ok := server[p]; ok {
+			continue
+		}
+		return refused(fmt.Errorf("the spec names %q, a file on the worker; a spec run on a server may name files only under the server's datasets_dir (inline scripts: evalsi run --server inlines script_file)", p))
+	}
+	return nil
+}
+
+// insideDatasets checks that p is a clean relative path that resolves
+// inside datasets_dir.
+func (s *Server) insideDatasets(p string) error {
+	if p == "" {
+		return nil
+	}
+	if _, err := cleanDatasetPath(p); err != nil {
+		return errors.New("must be a clean path relative to the server's datasets_dir")
+	}
+	root, err := s.datasetsRoot()
+	if err != nil {
+		return errors.New("this server has no datasets_dir")
+	}
+	defer root.Close()
+	if _, err := root.Stat(p); err != nil {
+		return errors.New("is not a file under the server's datasets_dir")
+	}
 	return nil
 }
 

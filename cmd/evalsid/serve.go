@@ -48,7 +48,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, logger 
 	defer st.Close()
 	datasets := planner.Datasets()
 	datasets.ServeRuns(regress.NewRunSource(st, logger))
-	datasets.ServeTraces(traces.NewSource(traces.Options{}))
+	// A submitted spec reads only the trace backends the operator lists and
+	// trace files under datasets_dir.
+	datasets.ServeTraces(traces.NewSource(traces.Options{Logger: logger, AllowURL: cfg.AllowTraceURL, FileRoot: traceRoot(cfg.DatasetsDir)}))
 	srv, err := server.New(server.Options{
 		Store: st, Access: acc, Records: &planner.Host{Datasets: datasets, Logger: logger},
 		DatasetsDir: cfg.DatasetsDir, LeaseTTL: cfg.Leases.TTL.D(), MaxLeaseTTL: cfg.Leases.MaxTTL.D(),
@@ -76,6 +78,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, logger 
 	shut, cancelShut := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancelShut()
 	return hs.Shutdown(shut)
+}
+
+// traceRoot confines traces.file to datasets_dir; a server without one
+// reads no trace files (a root no path is inside).
+func traceRoot(dir string) string {
+	if dir == "" {
+		return "/nonexistent/evalsi-no-datasets-dir"
+	}
+	return dir
 }
 
 func openServerStore(ctx context.Context, cfg *server.Config) (server.Store, error) {
