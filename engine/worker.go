@@ -338,7 +338,8 @@ func runAttempt(ctx context.Context, log *slog.Logger, p *Plan, l *Lease, write 
 	return o, retry
 }
 
-// planCache plans each run once per worker.
+// planCache plans each run once per worker. A failed plan is not kept: the
+// next lease of the run plans again (the server may have been unreachable).
 type planCache struct {
 	plans Plans
 	mu    sync.Mutex
@@ -346,9 +347,8 @@ type planCache struct {
 }
 
 type planEntry struct {
-	once sync.Once
+	mu   sync.Mutex
 	plan *Plan
-	err  error
 }
 
 func (c *planCache) get(ctx context.Context, runID string) (*Plan, error) {
@@ -362,8 +362,17 @@ func (c *planCache) get(ctx context.Context, runID string) (*Plan, error) {
 		c.byRun[runID] = e
 	}
 	c.mu.Unlock()
-	e.once.Do(func() { e.plan, e.err = c.plans.Plan(ctx, runID) })
-	return e.plan, e.err
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.plan != nil {
+		return e.plan, nil
+	}
+	p, err := c.plans.Plan(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	e.plan = p
+	return p, nil
 }
 
 func (c *planCache) close() {

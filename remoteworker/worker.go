@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"evals.si/apiclient"
@@ -36,6 +37,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Getenv reads the secrets the runs name (default os.Getenv).
 	Getenv func(string) string
+	// AllowUnsafeHost lets runs use the host rung (no sandbox) on this
+	// worker; the server must allow it too.
+	AllowUnsafeHost bool
 }
 
 // Run leases and runs trials until ctx ends.
@@ -88,6 +92,11 @@ func (p *plans) Plan(ctx context.Context, runID string) (*engine.Plan, error) {
 	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("the spec of run %s does not validate here: %w", runID, err)
+	}
+	// The server refuses the host rung unless its operator allows it; this
+	// worker refuses it too unless its own operator does.
+	if sb := s.Environment; sb != nil && sb.Sandbox != nil && (sb.Sandbox.AllowUnsafeHost || slices.Contains(sb.Sandbox.Ladder, "host")) && !p.o.AllowUnsafeHost {
+		return nil, fmt.Errorf("run %s asks for the host rung (model output outside any sandbox); this worker refuses it (evalsid worker --allow-unsafe-host opens it)", runID)
 	}
 	// Before the first event of the run leaves this machine.
 	p.redact.AddSecrets(s.SecretValues(p.o.Getenv)...)

@@ -3,6 +3,7 @@ package runqueue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,6 +38,11 @@ func Submit(ctx context.Context, st Store, sub Submission) (store.Run, error) {
 		return store.Run{}, fmt.Errorf("recording the run: %w", err)
 	}
 	if err := Enqueue(ctx, st, run.ID, sub.Records, sub.Limits.Trials); err != nil {
+		// Not left looking like a run that is starting: the store says
+		// what happened to it.
+		if ferr := st.FinishRun(context.WithoutCancel(ctx), run.ID, store.RunFailed, nil, "queuing its trials failed: "+err.Error()); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
 		return run, err
 	}
 	return run, nil
@@ -193,13 +199,19 @@ func Finalize(ctx context.Context, st Store, runID string, o FinalizeOptions) (*
 	return sum, nil
 }
 
-// Done reports whether every trial of the run has finished.
+// Done reports whether every trial of the run has finished. A run with no
+// trials yet is not done: it is being submitted (its run row is written
+// before its trials), and finalizing it then would strand its trials.
 func Done(ctx context.Context, st Store, runID string) (bool, error) {
 	counts, err := st.CountTrials(ctx, runID)
 	if err != nil {
 		return false, err
 	}
-	return counts[store.TrialPending]+counts[store.TrialRunning] == 0, nil
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	return total > 0 && counts[store.TrialPending]+counts[store.TrialRunning] == 0, nil
 }
 
 // Reopen prepares an interrupted or killed run for resume: every attempt

@@ -21,6 +21,7 @@ func worker(ctx context.Context, args []string, stderr io.Writer, logger *slog.L
 	name := fs.String("name", "", "this worker's name on its leases (default: host-pid)")
 	slots := fs.Int("slots", 0, "trials run at once (default: 2 per CPU)")
 	stateDir := fs.String("state-dir", "", "images, sandboxes and proxy sockets (default: the user's data directory)")
+	unsafeHost := fs.Bool("allow-unsafe-host", false, "let runs use the host rung (no sandbox) on this worker, where the server allows it too")
 	dir := fs.String("dir", "", "where relative paths of a run's spec resolve on this worker (default: the working directory)")
 	if err := fs.Parse(args); err != nil {
 		return usageErr{err}
@@ -41,5 +42,5 @@ func worker(ctx context.Context, args []string, stderr io.Writer, logger *slog.L
 		return fmt.Errorf("preparing this machine's sandboxes: %w", err)
 	}
 	defer host.Close()
-	return remoteworker.Run(ctx, remoteworker.Options{Client: client, Host: host.Planner(), Name: *name, Slots: *slots, Dir: *dir, Logger: logger})
+	return remoteworker.Run(ctx, remoteworker.Options{Client: client, Host: host.Planner(), Name: *name, Slots: *slots, Dir: *dir, Logger: logger, AllowUnsafeHost: *unsafeHost})
 }
