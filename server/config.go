@@ -35,6 +35,14 @@ type Config struct {
 	// default, so a submitted spec cannot make the server fetch an address
 	// of its choosing.
 	TraceBackends []string `json:"trace_backends,omitempty"`
+	// MaxTrialsPerRun caps records × trials of one run (default 100000).
+	MaxTrialsPerRun int `json:"max_trials_per_run,omitempty"`
+	// AllowLocalImages admits images from a worker's own files (dir:,
+	// oci-layout:, docker-archive:), for offline fleets whose workers hold
+	// the images; AllowUnsafeHost admits the host rung (no sandbox), which
+	// workers must allow too (evalsid worker --allow-unsafe-host).
+	AllowLocalImages bool `json:"allow_local_images,omitempty"`
+	AllowUnsafeHost  bool `json:"allow_unsafe_host,omitempty"`
 	access.Config
 }
 
@@ -92,6 +100,12 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
+	}
+	if c.MaxTrialsPerRun < 0 {
+		return nil, fmt.Errorf("%s: max_trials_per_run must be positive", path)
+	}
+	if c.MaxTrialsPerRun == 0 {
+		c.MaxTrialsPerRun = 100000
 	}
 	if c.Leases.TTL < 0 || c.Leases.Sweep < 0 || c.Leases.MaxTTL < 0 {
 		return nil, fmt.Errorf("%s: leases durations must be positive", path)

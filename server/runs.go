@@ -7,11 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"path/filepath"
-	"strings"
 	"strconv"
+	"strings"
 
 	"evals.si/access"
 	"evals.si/api"
@@ -57,7 +58,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, p access.Princip
 		return badRequest("spec", "%v", err)
 	}
 	res := access.RunResource(project, f.Spec)
-	if err := s.confinePaths(f.Spec, res.Paths); err != nil {
+	if err := s.confineSubmit(project, f.Spec, &res); err != nil {
 		return err
 	}
 	if err := s.o.Access.Authorize(r.Context(), p, res, access.Request{Action: "runs.create", Time: s.o.Now()}); err != nil {
@@ -78,7 +79,12 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, p access.Princip
 	}
 	records, err := s.o.Records.Records(r.Context(), f)
 	if err != nil {
-		return badRequest("spec.dataset", "%v", err)
+		// The message names the file as the submitter wrote it, not where
+		// the server keeps datasets_dir.
+		return badRequest("spec.dataset", "%s", s.hideDatasetsDir(err.Error()))
+	}
+	if err := s.confineRecords(f.Spec, records); err != nil {
+		return err
 	}
 	// Records from a file, a URI or another run can carry their own
 	// environments (images, parsers): the rules and the trust lists see
@@ -96,7 +102,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, p access.Princip
 		return err
 	}
 	run, err := runqueue.Submit(r.Context(), s.o.Store, runqueue.Submission{
-		Name: f.Spec.Name, SpecPath: f.Path, Spec: f.Spec, Records: records, Limits: engine.LimitsOf(f.Spec),
+		Name: f.Spec.Name, SpecPath: name, Spec: f.Spec, Records: records, Limits: engine.LimitsOf(f.Spec),
 		Project: project, DatasetVersion: version,
 	})
 	if err != nil {
@@ -108,71 +114,6 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, p access.Princip
 		return err
 	}
 	writeJSON(w, http.StatusCreated, out)
-	return nil
-}
-
-// confinePaths refuses a spec naming files the server or a worker would
-// read on the submitter's behalf outside datasets_dir: the dataset's path,
-// uri and traces file must be clean relative paths inside datasets_dir
-// (through an os.Root, so no symlink leads out), and nothing may name a file
-// on a worker (a script_file, a recording dir): the CLI inlines scripts
-// before it submits, and a worker's files hold its credentials.
-func (s *Server) confinePaths(sp *spec.Spec, paths []string) error {
-	d := sp.Dataset
-	server := map[string]string{}
-	if d.Path != "" {
-		server[d.Path] = "dataset.path"
-	}
-	if d.URI != "" {
-		if u, err := url.Parse(d.URI); err == nil {
-			server[u.Host+u.Path] = "dataset.uri"
-			for k, vs := range u.Query() {
-				for _, v := range vs {
-					if strings.Contains(v, "/") || strings.HasSuffix(k, "_dir") {
-						server[v] = "dataset.uri " + k
-					}
-				}
-			}
-		}
-		server[d.URI] = "dataset.uri"
-	}
-	if t := d.Traces; t != nil && t.File != "" {
-		server[t.File] = "dataset.traces.file"
-	}
-	for p, field := range server {
-		if p == d.URI {
-			continue
-		}
-		if err := s.insideDatasets(p); err != nil {
-			return badRequest("spec."+field, "%s %q: %v", field, p, err)
-		}
-	}
-	for _, p := range paths {
-		if _, ok := server[p]; ok {
-			continue
-		}
-		return refused(fmt.Errorf("the spec names %q, a file on the worker; a spec run on a server may name files only under the server's datasets_dir (inline scripts: evalsi run --server inlines script_file)", p))
-	}
-	return nil
-}
-
-// insideDatasets checks that p is a clean relative path that resolves
-// inside datasets_dir.
-func (s *Server) insideDatasets(p string) error {
-	if p == "" {
-		return nil
-	}
-	if _, err := cleanDatasetPath(p); err != nil {
-		return errors.New("must be a clean path relative to the server's datasets_dir")
-	}
-	root, err := s.datasetsRoot()
-	if err != nil {
-		return errors.New("this server has no datasets_dir")
-	}
-	defer root.Close()
-	if _, err := root.Stat(p); err != nil {
-		return errors.New("is not a file under the server's datasets_dir")
-	}
 	return nil
 }
 
@@ -195,6 +136,14 @@ func (s *Server) datasetVersion(f *spec.File, records []spec.Record) (string, er
 		}
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// hideDatasetsDir writes datasets_dir's absolute path as "datasets_dir".
+func (s *Server) hideDatasetsDir(msg string) string {
+	if s.o.DatasetsDir == "" {
+		return msg
+	}
+	return strings.ReplaceAll(msg, strings.TrimRight(s.o.DatasetsDir, "/")+"/", "datasets_dir/")
 }
 
 // readRun loads a run the principal may read; another project's run is
@@ -245,18 +194,32 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, p access.Princ
 	if err := s.o.Access.Authorize(r.Context(), p, access.Resource{Kind: "run", Project: project}, access.Request{Action: "runs.read", Time: s.o.Now()}); err != nil {
 		return err
 	}
-	limit := 50
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			return badRequest("limit", "limit must be a number from 1 to 1000, not %q", v)
-		}
-		limit = n
+	limit, err := intParam(q, "limit", 50, 1, 1000)
+	if err != nil {
+		return err
 	}
-	runs, err := s.o.Store.ListRuns(r.Context(), store.ListRunsOptions{Limit: limit + 1, Status: q.Get("status"), Name: q.Get("name"), Before: q.Get("before"), Project: project})
+	status := q.Get("status")
+	switch status {
+	case "", store.RunRunning, store.RunCompleted, store.RunInterrupted, store.RunFailed:
+	default:
+		return badRequest("status", "status must be one of %s, %s, %s, %s, not %q", store.RunRunning, store.RunCompleted, store.RunInterrupted, store.RunFailed, status)
+	}
+	// The cursor must be a run of this project: another project's run
+	// would page by its creation time, telling that it exists and when.
+	before := q.Get("before")
+	if before != "" {
+		run, err := s.o.Store.GetRun(r.Context(), before)
+		if err != nil || run.ID != before || run.Project != project {
+			if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrAmbiguous) {
+				return err
+			}
+			return badRequest("before", "no run %s to page from", before)
+		}
+	}
+	runs, err := s.o.Store.ListRuns(r.Context(), store.ListRunsOptions{Limit: limit + 1, Status: status, Name: q.Get("name"), Before: before, Project: project})
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return badRequest("before", "no run %s to page from", q.Get("before"))
+			return badRequest("before", "no run %s to page from", before)
 		}
 		return err
 	}
@@ -342,16 +305,13 @@ func (s *Server) trialEvents(w http.ResponseWriter, r *http.Request, p access.Pr
 		return err
 	}
 	q := r.URL.Query()
-	after, limit := 0, 1000
-	if v := q.Get("after"); v != "" {
-		if after, err = strconv.Atoi(v); err != nil || after < 0 {
-			return badRequest("after", "after must be a sequence number (0 or more), not %q", v)
-		}
+	after, err := intParam(q, "after", 0, 0, math.MaxInt32)
+	if err != nil {
+		return err
 	}
-	if v := q.Get("limit"); v != "" {
-		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 10000 {
-			return badRequest("limit", "limit must be a number from 1 to 10000, not %q", v)
-		}
+	limit, err := intParam(q, "limit", 1000, 1, 10000)
+	if err != nil {
+		return err
 	}
 	evs, err := s.o.Store.Events(r.Context(), t.ID, after, limit)
 	if err != nil {
@@ -370,7 +330,8 @@ func (s *Server) exportRun(w http.ResponseWriter, r *http.Request, p access.Prin
 	if err != nil {
 		return err
 	}
-	if f := r.URL.Query().Get("format"); f != "" && f != "jsonl" {
+	if q := r.URL.Query(); q.Has("format") && q.Get("format") != "jsonl" {
+		f := q.Get("format")
 		return badRequest("format", "the export format is jsonl, not %q", f)
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -406,4 +367,18 @@ func (s *Server) promote(w http.ResponseWriter, r *http.Request, p access.Princi
 	}
 	writeJSON(w, http.StatusOK, res)
 	return nil
+}
+
+// intParam reads the integer query parameter name, def when absent; a
+// present one (even empty) must be a number from lo to hi.
+func intParam(q url.Values, name string, def, lo, hi int) (int, error) {
+	if !q.Has(name) {
+		return def, nil
+	}
+	v := q.Get(name)
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, badRequest(name, "%s must be a number from %d to %d, not %q", name, lo, hi, v)
+	}
+	return n, nil
 }

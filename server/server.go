@@ -14,7 +14,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -48,6 +50,13 @@ type Options struct {
 	MaxLeaseTTL time.Duration
 	// Viewer serves the run viewer at the root (see viewer.go).
 	Viewer bool
+	// MaxTrials caps records × trials of one run (default 100000).
+	MaxTrials int
+	// AllowLocalImages admits image references a worker resolves from its
+	// own files (dir:, oci-layout:, docker-archive:) and mirrors to them;
+	// AllowUnsafeHost admits the host rung (see confine.go).
+	AllowLocalImages bool
+	AllowUnsafeHost  bool
 	// Promote, when set, serves POST /v1/runs/{id}/promote.
 	Promote PromoteFunc
 	Logger  *slog.Logger
@@ -91,45 +100,115 @@ func New(o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.MaxTrials <= 0 {
+		o.MaxTrials = 100000
+	}
 	s := &Server{o: o, mux: http.NewServeMux(), log: o.Logger}
 	s.routes()
 	return s, nil
 }
 
+// Route is one route of the API: a method and a path pattern of
+// net/http's ServeMux. The OpenAPI description has exactly these (the test
+// checks it).
+type Route struct {
+	Method, Pattern string
+}
+
+type route struct {
+	Route
+	h http.Handler
+}
+
+// table is the API's routes.
+func (s *Server) table() []route {
+	r := func(method, pattern string, h http.Handler) route {
+		return route{Route{method, pattern}, h}
+	}
+	return []route{
+		r("GET", api.PathOpenAPI, http.HandlerFunc(s.openAPI)),
+		r("GET", api.PathHealth, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		})),
+
+		r("POST", "/v1/runs", s.authed(s.submit)),
+		r("GET", "/v1/runs", s.authed(s.listRuns)),
+		r("GET", "/v1/runs/{id}", s.authed(s.getRun)),
+		r("GET", "/v1/runs/{id}/trials", s.authed(s.listTrials)),
+		r("GET", "/v1/runs/{id}/export", s.authed(s.exportRun)),
+		r("POST", "/v1/runs/{id}/promote", s.authed(s.promote)),
+		r("GET", "/v1/trials/{id}/events", s.authed(s.trialEvents)),
+		r("GET", "/v1/datasets", s.authed(s.listDatasets)),
+		r("GET", "/v1/datasets/{path...}", s.authed(s.getDataset)),
+
+		r("POST", "/v1/worker/lease", s.authed(s.lease)),
+		r("GET", "/v1/worker/runs/{id}", s.authed(s.workerRun)),
+		r("POST", "/v1/worker/trials/{id}/heartbeat", s.authed(s.heartbeat)),
+		r("POST", "/v1/worker/trials/{id}/events", s.authed(s.appendEvents)),
+		r("POST", "/v1/worker/trials/{id}/finish", s.authed(s.finish)),
+	}
+}
+
+// Routes lists the API's routes (the viewer's pages and /login aside).
+func (s *Server) Routes() []Route {
+	var out []Route
+	for _, r := range s.table() {
+		out = append(out, r.Route)
+	}
+	return out
+}
+
 func (s *Server) routes() {
 	m := s.mux
-	m.HandleFunc("GET "+api.PathOpenAPI, s.openAPI)
-	m.HandleFunc("GET "+api.PathHealth, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-
-	m.Handle("POST /v1/runs", s.authed(s.submit))
-	m.Handle("GET /v1/runs", s.authed(s.listRuns))
-	m.Handle("GET /v1/runs/{id}", s.authed(s.getRun))
-	m.Handle("GET /v1/runs/{id}/trials", s.authed(s.listTrials))
-	m.Handle("GET /v1/runs/{id}/export", s.authed(s.exportRun))
-	m.Handle("POST /v1/runs/{id}/promote", s.authed(s.promote))
-	m.Handle("GET /v1/trials/{id}/events", s.authed(s.trialEvents))
-	m.Handle("GET /v1/datasets", s.authed(s.listDatasets))
-	m.Handle("GET /v1/datasets/{path...}", s.authed(s.getDataset))
-
-	m.Handle("POST /v1/worker/lease", s.authed(s.lease))
-	m.Handle("GET /v1/worker/runs/{id}", s.authed(s.workerRun))
-	m.Handle("POST /v1/worker/trials/{id}/heartbeat", s.authed(s.heartbeat))
-	m.Handle("POST /v1/worker/trials/{id}/events", s.authed(s.appendEvents))
-	m.Handle("POST /v1/worker/trials/{id}/finish", s.authed(s.finish))
-
+	for _, r := range s.table() {
+		m.Handle(r.Method+" "+r.Pattern, r.h)
+	}
 	m.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		if s.methodNotAllowed(w, r) {
+			return
+		}
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no API route %s %s (the API is described at %s)", r.Method, r.URL.Path, api.PathOpenAPI), "")
 	})
 	if s.o.Viewer {
 		m.HandleFunc("/login", s.login)
-		m.Handle("/", s.authed(s.viewer))
+		viewer := s.authed(s.viewer)
+		m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			if s.methodNotAllowed(w, r) {
+				return
+			}
+			viewer.ServeHTTP(w, r)
+		})
 	} else {
 		m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			if s.methodNotAllowed(w, r) {
+				return
+			}
 			writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route %s %s (the API is described at %s)", r.Method, r.URL.Path, api.PathOpenAPI), "")
 		})
 	}
+}
+
+// methodNotAllowed answers 405 with Allow when the request's path is an API
+// route under other methods: the catch-all patterns would otherwise take
+// it for an unknown path.
+func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) bool {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); strings.HasPrefix(pattern, m+" ") || m == http.MethodHead && strings.HasPrefix(pattern, "GET ") {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		return false
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s %s is not served; use %s", r.Method, r.URL.Path, strings.Join(allow, " or ")), "")
+	return true
 }
 
 // ServeHTTP serves the API.
@@ -143,6 +222,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusInternalServerError, "internal", "internal error", "")
 		}
 	}()
+	// The mux would redirect a path with dot segments or empty ones to its
+	// clean form; the API refuses it instead, so no client follows a
+	// redirect out of the path it named (/v1/datasets/../x).
+	if strings.HasPrefix(r.URL.Path, "/v1/") && path.Clean(r.URL.Path) != strings.TrimSuffix(r.URL.Path, "/") {
+		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("the path %q has dot or empty segments; use its clean form", r.URL.Path), "path")
+		return
+	}
 	s.mux.ServeHTTP(w, r)
 }
 
@@ -243,8 +329,10 @@ func writeError(w http.ResponseWriter, status int, code, msg, field string) {
 // decode reads a JSON body of at most limit bytes into v, refusing unknown
 // fields and trailing data.
 func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return &apiError{status: http.StatusUnsupportedMediaType, code: "bad_request", err: fmt.Errorf("the body must be application/json, not %s", ct)}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return &apiError{status: http.StatusUnsupportedMediaType, code: "bad_request", field: "Content-Type", err: fmt.Errorf("the body must be application/json, not %q", ct)}
+		}
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()

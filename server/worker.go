@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -23,8 +24,25 @@ import (
 // token owns the attempt's lease, so one worker cannot write into
 // another's attempt even when it guesses an epoch.
 
+// workerAllowed checks that p may work the queue: of every project, or of
+// the projects a confined worker serves. The queue resource names a project
+// the worker serves (none when it serves all), so a confined worker passes
+// too; the leases it gets are confined to its projects by lease, and every
+// later write checks that its token owns the lease.
 func (s *Server) workerAllowed(ctx context.Context, p access.Principal) error {
-	return s.o.Access.Authorize(ctx, p, access.Resource{Kind: "queue"}, access.Request{Action: "worker.lease", Time: s.o.Now()})
+	res := access.Resource{Kind: "queue"}
+	if len(p.Projects) > 0 {
+		res.Project = p.Projects[0]
+	}
+	return s.o.Access.Authorize(ctx, p, res, access.Request{Action: "worker.lease", Time: s.o.Now()})
+}
+
+// ownedBy reports whether a lease owner (owner's form) is p's: worker names
+// have no '/', so the token is everything before the last one, compared
+// whole (a token named "w" owns nothing of a token named "w/x").
+func ownedBy(leaseOwner string, p access.Principal) bool {
+	i := strings.LastIndexByte(leaseOwner, '/')
+	return i >= 0 && leaseOwner[:i] == p.ID
 }
 
 func (s *Server) ttl(ms int64) time.Duration {
@@ -59,11 +77,13 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request, p access.Principa
 	if !validWorkerName(req.Worker) {
 		return badRequest("worker", "worker must be 1 to 128 letters, digits or -_.:@, not %q", req.Worker)
 	}
-	ttl := s.ttl(req.TTLMS)
-	lr := store.LeaseRequest{Worker: owner(p, req.Worker), TTL: ttl, Runs: req.Runs}
-	if p.Project != "" {
-		lr.Projects = []string{p.Project}
+	for i, id := range req.Runs {
+		if id == "" {
+			return badRequest(fmt.Sprintf("runs[%d]", i), "runs lists run ids; entry %d is empty", i)
+		}
 	}
+	ttl := s.ttl(req.TTLMS)
+	lr := store.LeaseRequest{Worker: owner(p, req.Worker), TTL: ttl, Runs: req.Runs, Projects: slices.Clone(p.Projects)}
 	l, err := s.o.Store.Lease(r.Context(), lr)
 	if errors.Is(err, store.ErrNoWork) {
 		w.WriteHeader(http.StatusNoContent)
@@ -93,7 +113,7 @@ func (s *Server) workerRun(w http.ResponseWriter, r *http.Request, p access.Prin
 	}
 	held := false
 	for _, t := range attempts {
-		if strings.HasPrefix(t.LeaseOwner, p.ID+"/") {
+		if ownedBy(t.LeaseOwner, p) {
 			held = true
 			break
 		}
@@ -121,7 +141,7 @@ func (s *Server) leased(ctx context.Context, p access.Principal, trialID string,
 	if t.ID != trialID {
 		return store.Lease{}, notFound("no trial %s (give the whole id)", trialID)
 	}
-	if !strings.HasPrefix(t.LeaseOwner, p.ID+"/") {
+	if !ownedBy(t.LeaseOwner, p) {
 		return store.Lease{}, fmt.Errorf("trial %s is leased by another worker: %w", trialID, store.ErrLeaseLost)
 	}
 	return store.Lease{TrialID: t.ID, RunID: t.RunID, RecordID: t.RecordID, Trial: t.Trial, Attempt: t.Attempt, Epoch: epoch, Worker: t.LeaseOwner}, nil
@@ -183,6 +203,23 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, p access.Princip
 	o := req.Outcome.EngineOutcome(l.RunID)
 	if o.Status != engine.TrialCompleted && o.Status != engine.TrialErrored {
 		return badRequest("outcome.status", "outcome status must be %s or %s, not %q", engine.TrialCompleted, engine.TrialErrored, o.Status)
+	}
+	// A completed outcome must carry one result per evaluator of its run:
+	// the finalizer aggregates them by position, and an outcome with more
+	// or fewer would leave the run unfinishable.
+	if o.Status == engine.TrialCompleted {
+		run, err := s.o.Store.GetRun(r.Context(), l.RunID)
+		if err != nil {
+			return err
+		}
+		sp, err := run.DecodeSpec()
+		if err != nil {
+			return fmt.Errorf("decoding the spec of run %s: %w", run.ID, err)
+		}
+		evs := engine.EvaluatorsOf(sp)
+		if len(o.Evaluations) != len(evs) {
+			return badRequest("outcome.evaluations", "a completed outcome needs one result per evaluator of the run (%d), not %d", len(evs), len(o.Evaluations))
+		}
 	}
 	c, err := runqueue.Completion(o, req.Retry)
 	if err != nil {

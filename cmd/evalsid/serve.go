@@ -55,6 +55,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, logger 
 		Store: st, Access: acc, Records: &planner.Host{Datasets: datasets, Logger: logger},
 		DatasetsDir: cfg.DatasetsDir, LeaseTTL: cfg.Leases.TTL.D(), MaxLeaseTTL: cfg.Leases.MaxTTL.D(),
 		Viewer: cfg.ViewerOn(), Promote: promoter(cfg.DatasetsDir), Logger: logger,
+		MaxTrials: cfg.MaxTrialsPerRun, AllowLocalImages: cfg.AllowLocalImages, AllowUnsafeHost: cfg.AllowUnsafeHost,
 	})
 	if err != nil {
 		return err
