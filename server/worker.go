@@ -49,6 +49,10 @@ func (s *Server) ttl(ms int64) time.Duration {
 	if ms <= 0 {
 		return s.o.LeaseTTL
 	}
+	// Clamped before it is multiplied: a huge ttl_ms must not wrap around.
+	if ms > s.o.MaxLeaseTTL.Milliseconds() {
+		return s.o.MaxLeaseTTL
+	}
 	return min(max(time.Duration(ms)*time.Millisecond, time.Second), s.o.MaxLeaseTTL)
 }
 
