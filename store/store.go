@@ -16,10 +16,12 @@
 // fsync serves many), and writers in other processes are waited for up to a
 // busy timeout. Any number of goroutines may share one *Store.
 //
-// Trial lifecycle: a trial is pending (known, not started), running, finished
-// (the trial ran to its end; Passed holds the checker's verdict when there is
-// one) or errored (an infrastructure error prevented a verdict; errors are
-// never scores). ResetTrial puts a trial back to pending for a rerun.
+// Trials: a trial (one trial index of one record) has one row per attempt,
+// pending, running, finished (Passed holds the checker's verdict when there
+// is one), errored (an infrastructure error prevented a verdict; errors are
+// never scores) or lost (its lease ran out and a new attempt took its
+// place). Workers lease attempts through the Queue (queue.go, backend.go),
+// under a fencing epoch every leaseholder write is checked against.
 package store
 
 import (
