@@ -264,3 +264,6 @@ func (c *Client) Follow(ctx context.Context, id string, every time.Duration, pro
 		}
 	}
 }
+
+// Base is the server's URL, as given to New without a trailing slash.
+func (c *Client) Base() string { return c.base.String() }

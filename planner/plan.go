@@ -273,6 +273,16 @@ func defaultEvaluators(agentRun bool) []spec.Evaluator {
 	return []spec.Evaluator{{Name: "exact-match"}}
 }
 
+// PassScore is the score that counts as passing in a run's live progress
+// (for a client following a run on a server, which has no plan).
+func PassScore(s *spec.Spec) string {
+	evs := s.Evaluators
+	if len(evs) == 0 {
+		evs = defaultEvaluators(s.IsAgentRun())
+	}
+	return passScore(evs)
+}
+
 // passScore is the score that counts as passing in live progress.
 func passScore(evs []spec.Evaluator) string {
 	for _, e := range evs {

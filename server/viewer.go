@@ -16,7 +16,8 @@ import (
 // each request gets a viewer over a view of the store that shows only that
 // project's runs. Browsers authenticate with the cookie /login sets (for
 // safe methods only, so a cross-site form cannot act with it); the CLI's
-// `evalsi view --server` runs the viewer locally over the API instead.
+// `evalsi view --server` prints
+// the page's URL here.
 
 // projectStore is the store as one principal may read it.
 type projectStore struct {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 
-	"evals.si/embedded"
 	"evals.si/report"
 	"evals.si/store"
 )
@@ -34,8 +33,9 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // cmdRunsCompare prints `evalsi runs compare BASE HEAD`.
-func cmdRunsCompare(ctx context.Context, app *embedded.App, args []string, asJSON bool, stdout, stderr io.Writer) error {
+func cmdRunsCompare(ctx context.Context, rf *runsFlags, args []string, asJSON bool, stdout, stderr io.Writer) error {
 	fs := newFlagSet("evalsi runs compare", stderr)
+	rf.register(fs)
 	jsonFlag := fs.Bool("json", false, "print the comparison as one JSON object")
 	by := fs.String("by", report.DefaultPassScore, "the score that decides a record's verdict when both runs have it")
 	all := fs.Bool("all", false, "list unchanged records too")
@@ -47,7 +47,12 @@ func cmdRunsCompare(ctx context.Context, app *embedded.App, args []string, asJSO
 	if len(pos) != 2 {
 		return usagef("runs compare needs two runs: BASE HEAD (ids or unique prefixes), got %d", len(pos))
 	}
-	c, err := report.CompareRuns(ctx, app.Store(), pos[0], pos[1], report.CompareOptions{PassScore: *by})
+	st, closeStore, err := rf.open(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	c, err := report.CompareRuns(ctx, st, pos[0], pos[1], report.CompareOptions{PassScore: *by})
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrAmbiguous) {
 			return &usageError{err}
@@ -70,8 +75,9 @@ func cmdRunsCompare(ctx context.Context, app *embedded.App, args []string, asJSO
 }
 
 // cmdRunsExport writes `evalsi runs export RUN --format jsonl`.
-func cmdRunsExport(ctx context.Context, app *embedded.App, args []string, stdout, stderr io.Writer) error {
+func cmdRunsExport(ctx context.Context, rf *runsFlags, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("evalsi runs export", stderr)
+	rf.register(fs)
 	format := fs.String("format", "jsonl", "export format: jsonl (one JSON object per trial, with its events) or parquet (one row per trial; needs -o)")
 	out := fs.String("o", "", "write to this file instead of stdout")
 	pos, err := parseInterleaved(fs, args)
@@ -81,7 +87,12 @@ func cmdRunsExport(ctx context.Context, app *embedded.App, args []string, stdout
 	if len(pos) != 1 {
 		return usagef("runs export needs one RUN id (or a unique prefix)")
 	}
-	export := report.ExportJSONL
+	st, closeStore, err := rf.open(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	export := st.ExportJSONL
 	switch strings.ToLower(*format) {
 	case "jsonl":
 	case "parquet":
@@ -89,7 +100,7 @@ func cmdRunsExport(ctx context.Context, app *embedded.App, args []string, stdout
 		if *out == "" {
 			return usagef("--format parquet writes a binary file: give -o PATH")
 		}
-		export = report.ExportParquet
+		export = st.ExportParquet
 	default:
 		return usagef("--format %q: want jsonl or parquet", *format)
 	}
@@ -102,7 +113,7 @@ func cmdRunsExport(ctx context.Context, app *embedded.App, args []string, stdout
 		defer f.Close()
 		w = f
 	}
-	if err := export(ctx, w, app.Store(), pos[0]); err != nil {
+	if err := export(ctx, w, pos[0]); err != nil {
 		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrAmbiguous) {
 			return &usageError{err}
 		}

@@ -63,6 +63,13 @@ Usage:
   evalsi shadow -f CANDIDATE [--baseline RUN] [--json] [--store PATH]
   evalsi schema
 
+With --server URL, run, runs list/show/compare/export, view and promote use
+a server's API instead of the local store (run: --project P); the token
+comes from EVALSI_TOKEN or the config file ($XDG_CONFIG_HOME/evalsi/config.yaml:
+token: TOKEN, or servers: {URL: {token: TOKEN}}), never from a flag.
+  evalsi run -f SPEC --server URL [--project P] [--json] [--junit PATH] ...
+  evalsi view --server URL [RUN]    prints the run's page on the server's viewer
+
 Exit codes: 0 ok; 1 a --fail-under threshold was missed; 2 spec or usage
 error; 3 a trial errored; 4 internal error.
 `

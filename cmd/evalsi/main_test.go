@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"evals.si/internal/testenv"
+	"evals.si/internal/testenv/pgtest"
 	"evals.si/sandbox/reexec"
 	"evals.si/store"
 	"evals.si/trajectory"
@@ -18,7 +19,7 @@ import (
 
 func TestMain(m *testing.M) {
 	reexec.Init()
-	os.Exit(m.Run())
+	pgtest.Main(m)
 }
 
 type result struct {

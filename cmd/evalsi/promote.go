@@ -7,6 +7,8 @@ import (
 	"io"
 	"path/filepath"
 
+	"evals.si/api"
+	"evals.si/apiclient"
 	"evals.si/embedded"
 	"evals.si/regress"
 	"evals.si/store"
@@ -51,6 +53,18 @@ func (p localPromoter) Promote(ctx context.Context, req promoteRequest) (promote
 	return promoteResult{Added: added, Skipped: skipped, Where: path}, err
 }
 
+// serverPromoter promotes on a server, into promoted/<project>/<name>.jsonl
+// of its datasets_dir; the server checks datasets.write.
+type serverPromoter struct{ c *apiclient.Client }
+
+func (p serverPromoter) Promote(ctx context.Context, req promoteRequest) (promoteResult, error) {
+	res, err := p.c.Promote(ctx, req.Run, api.PromoteRequest{Dataset: req.Dataset, When: req.When, IncludeOutputs: req.IncludeOutputs})
+	if err != nil {
+		return promoteResult{}, serverErr(fmt.Errorf("promoting run %s on %s: %w", req.Run, p.c.Base(), err))
+	}
+	return promoteResult{Added: res.Added, Skipped: res.Skipped, Where: fmt.Sprintf("%s in the datasets_dir of %s", res.Path, p.c.Base())}, nil
+}
+
 // cmdPromote is `evalsi promote RUN --dataset NAME --when CEL
 // [--include-outputs]`.
 func cmdPromote(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -59,6 +73,7 @@ func cmdPromote(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	when := fs.String("when", "", `CEL condition over scores, errored, trial and record, e.g. 'scores["task-success"] < 1.0'`)
 	withOutputs := fs.Bool("include-outputs", false, "keep each trial's output, scores and trajectory in metadata.promoted_from")
 	storePath := fs.String("store", "", "store database path (default: the user's data directory); datasets go in datasets/ beside it")
+	serverURL := addServerFlag(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return &usageError{err}
@@ -68,6 +83,17 @@ func cmdPromote(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if *name == "" || *when == "" {
 		return usagef(`promote needs --dataset NAME and --when CEL, e.g. --when 'scores["task-success"] < 1.0'`)
+	}
+	req := promoteRequest{Run: pos[0], Dataset: *name, When: *when, IncludeOutputs: *withOutputs}
+	if *serverURL != "" {
+		if err := refuseWithServer(fs, "store"); err != nil {
+			return err
+		}
+		c, err := dialServer(*serverURL)
+		if err != nil {
+			return err
+		}
+		return promote(ctx, serverPromoter{c}, req, stdout)
 	}
 	path := *storePath
 	if path == "" {
@@ -81,7 +107,7 @@ func cmdPromote(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer app.Close()
 	p := localPromoter{store: app.Store(), dir: filepath.Join(filepath.Dir(path), "datasets")}
-	return promote(ctx, p, promoteRequest{Run: pos[0], Dataset: *name, When: *when, IncludeOutputs: *withOutputs}, stdout)
+	return promote(ctx, p, req, stdout)
 }
 
 // promote runs req on p and says what it did.

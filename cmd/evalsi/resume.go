@@ -35,7 +35,7 @@ func resumeWith(ctx context.Context, app *embedded.App, runID string, o runOutpu
 		return err
 	}
 	prog.done()
-	return reportRun(ctx, app, sum, o, stdout, stderr)
+	return reportRun(ctx, app.WriteJUnit, sum, o, stdout, stderr)
 }
 
 // cmdRunsResume is `evalsi runs resume RUN`, on the app `runs` opened.

@@ -48,8 +48,20 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Var(failUnder, "fail-under", "NAME=VALUE: exit 1 when the mean of NAME is below VALUE (repeatable)")
 	mirrors := imageMirrors{}
 	fs.Var(mirrors, "image-mirror", "FROM=TO: resolve image FROM (a reference or prefix) as TO, e.g. oci-layout:PATH; added to environment.image_mirrors, winning over it (repeatable)")
+	serverURL := addServerFlag(fs)
+	project := fs.String("project", "", "with --server: the project the run belongs to (default: the token's)")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err}
+	}
+	if *serverURL != "" {
+		if *resume != "" {
+			return usagef("--resume with --server: a server reopens runs its workers left by itself; follow one with `evalsi runs show RUN --server URL`")
+		}
+		if err := refuseWithServer(fs, "store"); err != nil {
+			return err
+		}
+	} else if *project != "" {
+		return usagef("--project names a project on a server: give --server URL too")
 	}
 	if *resume != "" {
 		if *file != "" || fs.NArg() > 0 || *judgeProvider != "" || *judgeModel != "" || len(mirrors) > 0 {
@@ -88,6 +100,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := f.Spec.Validate(); err != nil {
 		return &usageError{err}
 	}
+	out := runOutput{asJSON: *asJSON, junit: *junit, verbose: *verbose, failUnder: failUnder}
+	if *serverURL != "" {
+		c, err := dialServer(*serverURL)
+		if err != nil {
+			return err
+		}
+		return runOnServer(ctx, c, f, *project, out, stdout, stderr)
+	}
 	logger := newLogger(stderr, *verbose)
 	app, err := embedded.Open(ctx, embedded.Options{StorePath: *storePath, Logger: logger})
 	if err != nil {
@@ -107,7 +127,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	prog.done()
-	return reportRun(ctx, app, sum, runOutput{asJSON: *asJSON, junit: *junit, failUnder: failUnder}, stdout, stderr)
+	return reportRun(ctx, app.WriteJUnit, sum, out, stdout, stderr)
 }
 
 // runOutput is how a finished run is reported.
@@ -119,10 +139,13 @@ type runOutput struct {
 	failUnder thresholds
 }
 
+// junitWriter writes a run's JUnit XML report to path.
+type junitWriter func(ctx context.Context, runID, path string) error
+
 // reportRun prints a finished run's summary and turns it into the exit code.
-func reportRun(ctx context.Context, app *embedded.App, sum *engine.Summary, o runOutput, stdout, stderr io.Writer) error {
+func reportRun(ctx context.Context, writeJUnit junitWriter, sum *engine.Summary, o runOutput, stdout, stderr io.Writer) error {
 	if o.junit != "" {
-		if err := app.WriteJUnit(ctx, sum.RunID, o.junit); err != nil {
+		if err := writeJUnit(ctx, sum.RunID, o.junit); err != nil {
 			return fmt.Errorf("writing JUnit report: %w", err)
 		}
 	}

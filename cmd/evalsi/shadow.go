@@ -87,7 +87,7 @@ func cmdShadow(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *failOnRegression {
 		compareArgs = append(compareArgs, "--fail-on-regression")
 	}
-	err = cmdRunsCompare(ctx, app, compareArgs, *asJSON, stdout, stderr)
+	err = cmdRunsCompare(ctx, &runsFlags{fixed: localRuns{app.Store()}}, compareArgs, *asJSON, stdout, stderr)
 	// As with run, errored trials (3) win over a regression (1): a verdict
 	// over errored trials is not trustworthy.
 	var ee *exitError

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	"evals.si/store"
@@ -19,11 +20,19 @@ func cmdView(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	storePath := fs.String("store", "", "store database path (default: the user's data directory)")
 	listen := fs.String("listen", "127.0.0.1:0", "address to serve on (port 0 picks a free port)")
 	verbose := fs.Bool("v", false, "verbose logs on stderr")
-	if err := fs.Parse(args); err != nil {
+	serverURL := addServerFlag(fs)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return &usageError{err}
 	}
-	if fs.NArg() > 0 {
-		return usagef("view takes no arguments, got %q", fs.Args())
+	if *serverURL != "" {
+		if err := refuseWithServer(fs, "store", "listen"); err != nil {
+			return err
+		}
+		return viewOnServer(ctx, *serverURL, pos, stdout)
+	}
+	if len(pos) > 0 {
+		return usagef("view takes no arguments, got %q (a run's page is on a server's viewer: --server URL RUN)", pos)
 	}
 	logger := newLogger(stderr, *verbose)
 	st, err := store.Open(ctx, *storePath)
@@ -58,4 +67,35 @@ func cmdView(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("stopping the viewer: %w", err)
 	}
 	return nil
+}
+
+// viewOnServer prints where the server's own viewer shows the run (or all
+// runs): a server serves the viewer itself, behind its /login page, so
+// nothing runs here.
+func viewOnServer(ctx context.Context, base string, pos []string, stdout io.Writer) error {
+	if len(pos) > 1 {
+		return usagef("view --server takes at most one RUN, got %q", pos)
+	}
+	c, err := dialServer(base)
+	if err != nil {
+		return err
+	}
+	on, err := viewerOn(ctx, c.Base())
+	if err != nil {
+		return err
+	}
+	if !on {
+		return usagef("the server at %s does not serve the viewer (viewer: false in its config); read runs with `evalsi runs list --server %s`", c.Base(), c.Base())
+	}
+	page := c.Base() + "/"
+	if len(pos) == 1 {
+		// The run's full id, and a check that this token may read it.
+		r, err := c.Run(ctx, pos[0])
+		if err != nil {
+			return serverErr(fmt.Errorf("run %s: %w", pos[0], err))
+		}
+		page = c.Base() + "/runs/" + url.PathEscape(r.ID)
+	}
+	_, err = fmt.Fprintf(stdout, "%s\nsign in at %s/login with your API token (the one in EVALSI_TOKEN or the config file) if the browser asks\n", page, c.Base())
+	return err
 }
