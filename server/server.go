@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"evals.si/access"
@@ -70,9 +71,11 @@ type PromoteFunc func(ctx context.Context, st Store, project, runID string, req 
 
 // Server is the API.
 type Server struct {
-	o   Options
-	mux *http.ServeMux
-	log *slog.Logger
+	// evals caches each run's evaluator count (worker.go).
+	evals sync.Map
+	o     Options
+	mux   *http.ServeMux
+	log   *slog.Logger
 }
 
 // Request body limits: a submitted spec (its inline records included), a

@@ -212,17 +212,12 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, p access.Princip
 	// the finalizer aggregates them by position, and an outcome with more
 	// or fewer would leave the run unfinishable.
 	if o.Status == engine.TrialCompleted {
-		run, err := s.o.Store.GetRun(r.Context(), l.RunID)
+		n, err := s.evaluatorCount(r.Context(), l.RunID)
 		if err != nil {
 			return err
 		}
-		sp, err := run.DecodeSpec()
-		if err != nil {
-			return fmt.Errorf("decoding the spec of run %s: %w", run.ID, err)
-		}
-		evs := engine.EvaluatorsOf(sp)
-		if len(o.Evaluations) != len(evs) {
-			return badRequest("outcome.evaluations", "a completed outcome needs one result per evaluator of the run (%d), not %d", len(evs), len(o.Evaluations))
+		if len(o.Evaluations) != n {
+			return badRequest("outcome.evaluations", "a completed outcome needs one result per evaluator of the run (%d), not %d", n, len(o.Evaluations))
 		}
 	}
 	c, err := runqueue.Completion(o, req.Retry)
@@ -238,6 +233,26 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, p access.Princip
 		s.finalizeIfDone(context.WithoutCancel(r.Context()), l.RunID)
 	}
 	return nil
+}
+
+// evaluatorCount is how many evaluators a run has, read from its stored
+// spec once per run: decoding the spec (its inline records included) on
+// every finish cost most of the server's time per trial.
+func (s *Server) evaluatorCount(ctx context.Context, runID string) (int, error) {
+	if n, ok := s.evals.Load(runID); ok {
+		return n.(int), nil
+	}
+	run, err := s.o.Store.GetRun(ctx, runID)
+	if err != nil {
+		return 0, err
+	}
+	sp, err := run.DecodeSpec()
+	if err != nil {
+		return 0, fmt.Errorf("decoding the spec of run %s: %w", run.ID, err)
+	}
+	n := len(engine.EvaluatorsOf(sp))
+	s.evals.Store(runID, n)
+	return n, nil
 }
 
 // finalizeIfDone summarizes the run when its last trial has finished. Two
