@@ -5,16 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +19,7 @@ import (
 
 	"evals.si/apiclient"
 	"evals.si/dataset"
-	"evals.si/internal/testenv/pgtest"
+	"evals.si/internal/testenv/servertest"
 	"evals.si/modelserver"
 	"evals.si/report"
 	"evals.si/spec"
@@ -39,34 +36,6 @@ const (
 	gateKey     = "sk-cli-model-key-never-stored"
 )
 
-var (
-	evalsidOnce sync.Once
-	evalsidBin  string
-	evalsidErr  error
-)
-
-// buildEvalsid builds cmd/evalsid once per test binary.
-func buildEvalsid(t *testing.T) string {
-	t.Helper()
-	evalsidOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "evalsi-cli-evalsid-")
-		if err != nil {
-			evalsidErr = err
-			return
-		}
-		evalsidBin = filepath.Join(dir, "evalsid")
-		cmd := exec.Command("go", "build", "-o", evalsidBin, "../evalsid")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			evalsidErr = fmt.Errorf("building evalsid: %v\n%s", err, out)
-		}
-	})
-	if evalsidErr != nil {
-		t.Fatal(evalsidErr)
-	}
-	return evalsidBin
-}
-
 // testServer is a running `evalsid serve` with one worker.
 type testServer struct {
 	url, dir, datasets string
@@ -74,21 +43,8 @@ type testServer struct {
 
 func startServer(t *testing.T) *testServer {
 	t.Helper()
-	dsn := pgtest.Start(t)
-	bin := buildEvalsid(t)
-	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cfg := filepath.Join(dir, "server.yaml")
-	body := fmt.Sprintf(`listen: %s
-store: {postgres_env: CLI_PG_DSN}
-blobs_dir: blobs
-datasets_dir: datasets
-leases: {ttl: 5s, sweep: 500ms}
+	srv := servertest.New(t, servertest.Options{
+		Config: `leases: {ttl: 5s, sweep: 500ms}
 projects:
   - name: alpha
     members: [{user: ana, role: editor}, {user: vic, role: viewer}]
@@ -98,68 +54,12 @@ tokens:
   - {name: w, service: worker, token_env: CLI_WORKER_TOKEN}
 credentials:
   grants: {alpha: [CLI_MODEL_KEY]}
-`, addr)
-	datasets := filepath.Join(dir, "datasets")
-	if err := os.MkdirAll(datasets, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env := append(os.Environ(), "CLI_PG_DSN="+dsn, "CLI_ANA_TOKEN="+editorToken, "CLI_VIC_TOKEN="+viewerToken, "CLI_WORKER_TOKEN="+workerTok)
-	s := &testServer{url: "http://" + addr, dir: dir, datasets: datasets}
-	s.start(t, bin, "server", env, "serve", "--config", cfg)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(s.url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(dir, "server.log"))
-			t.Fatalf("the server did not come up: %v\n%s", err, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	s.start(t, bin, "worker", append(env, "EVALSI_TOKEN="+workerTok, "CLI_MODEL_KEY="+gateKey),
-		"worker", "--server", s.url, "--name", "w1", "--slots", "4", "--state-dir", filepath.Join(dir, "worker-state"))
-	return s
-}
-
-func (s *testServer) start(t *testing.T, bin, name string, env []string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = env
-	logPath := filepath.Join(s.dir, name+".log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			if len(b) > 4000 {
-				b = b[len(b)-4000:]
-			}
-			t.Logf("%s log:\n%s", name, b)
-		}
+`,
+		Env: []string{"CLI_ANA_TOKEN=" + editorToken, "CLI_VIC_TOKEN=" + viewerToken, "CLI_WORKER_TOKEN=" + workerTok},
 	})
+	srv.Serve(t)
+	srv.Worker(t, "w1", 4, "EVALSI_TOKEN="+workerTok, "CLI_MODEL_KEY="+gateKey)
+	return &testServer{url: srv.URL, dir: srv.Dir, datasets: srv.Datasets}
 }
 
 // cli runs evalsi in process with args as given.

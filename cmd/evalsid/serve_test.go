@@ -3,23 +3,19 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"evals.si/apiclient"
 	"evals.si/embedded"
 	"evals.si/engine"
-	"evals.si/internal/testenv/pgtest"
+	"evals.si/internal/testenv/servertest"
 	"evals.si/modelserver"
 	"evals.si/spec"
 	"evals.si/store"
@@ -30,34 +26,6 @@ import (
 // the test's own, two `evalsid worker` processes, and a scripted model
 // server (OpenAI wire format) behind a gate the test closes to hold
 // trials in flight while it kills a process.
-
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
-// evalsidBinary builds this command once per test binary.
-func evalsidBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "evalsid-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(dir, "evalsid")
-		cmd := exec.Command("go", "build", "-o", builtBin, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("building evalsid: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
-}
 
 // gate holds model requests while closed.
 type gate struct {
@@ -152,29 +120,16 @@ func modelBackend(t *testing.T, closeAt int64) (*gate, string) {
 	return g, srv.URL
 }
 
-// serverSetup is a server config on a fixed loopback port (so a restarted
-// server is found where the workers look).
+// serverSetup is `evalsid serve` on PostgreSQL with project alpha, its
+// editor ana, a worker token and the model key granted.
 type serverSetup struct {
-	bin, dir, cfg, url, dsn string
+	*servertest.Server
 }
 
 func newServerSetup(t *testing.T) *serverSetup {
 	t.Helper()
-	dsn := pgtest.Start(t)
-	bin := evalsidBinary(t)
-	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cfg := filepath.Join(dir, "server.yaml")
-	body := fmt.Sprintf(`listen: %s
-store: {postgres_env: E2E_PG_DSN}
-blobs_dir: blobs
-datasets_dir: datasets
-leases: {ttl: 2s, max_ttl: 2s, sweep: 300ms}
+	return &serverSetup{servertest.New(t, servertest.Options{
+		Config: `leases: {ttl: 2s, max_ttl: 2s, sweep: 300ms}
 projects:
   - name: alpha
     members: [{user: ana, role: editor}]
@@ -183,96 +138,19 @@ tokens:
   - {name: w, service: worker, token_env: E2E_WORKER_TOKEN}
 credentials:
   grants: {alpha: [E2E_MODEL_KEY]}
-`, addr)
-	if err := os.MkdirAll(filepath.Join(dir, "datasets"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return &serverSetup{bin: bin, dir: dir, cfg: cfg, url: "http://" + addr, dsn: dsn}
+`,
+		Env: []string{"E2E_ANA_TOKEN=" + anaToken, "E2E_WORKER_TOKEN=" + workerToken},
+	})}
 }
 
-// proc is a started evalsid process.
-type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func (p *proc) kill(t *testing.T) {
+func (s *serverSetup) worker(t *testing.T, name string) *servertest.Proc {
 	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-func (s *serverSetup) start(t *testing.T, name string, args ...string) *proc {
-	t.Helper()
-	cmd := exec.Command(s.bin, args...)
-	cmd.Env = append(os.Environ(), "E2E_PG_DSN="+s.dsn, "E2E_ANA_TOKEN="+anaToken, "E2E_WORKER_TOKEN="+workerToken)
-	if strings.HasPrefix(name, "worker") {
-		cmd.Env = append(cmd.Env, "EVALSI_TOKEN="+workerToken, "E2E_MODEL_KEY="+modelKey)
-	}
-	logf, err := os.Create(filepath.Join(s.dir, name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(s.dir, name+".log"))
-			t.Logf("%s log:\n%s", name, tail(string(b), 4000))
-		}
-	})
-	return p
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
-func (s *serverSetup) serve(t *testing.T) *proc {
-	t.Helper()
-	p := s.start(t, "server", "serve", "--config", s.cfg)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(s.url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
-			t.Fatalf("the server did not come up: %v\n%s", err, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (s *serverSetup) worker(t *testing.T, name string) *proc {
-	t.Helper()
-	return s.start(t, name, "worker", "--server", s.url, "--name", name, "--slots", "4", "--state-dir", filepath.Join(s.dir, name+"-state"))
+	return s.Worker(t, name, 4, "EVALSI_TOKEN="+workerToken, "E2E_MODEL_KEY="+modelKey)
 }
 
 func (s *serverSetup) client(t *testing.T) *apiclient.Client {
 	t.Helper()
-	c, err := apiclient.New(s.url, anaToken)
+	c, err := apiclient.New(s.URL, anaToken)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +260,7 @@ func checkAttempts(t *testing.T, dsn, runID string, want int) (lost int) {
 func TestServerWorkerKilled(t *testing.T) {
 	g, model := modelBackend(t, 60)
 	s := newServerSetup(t)
-	s.serve(t)
+	s.Serve(t)
 	a := s.worker(t, "worker-a")
 	s.worker(t, "worker-b")
 	sp := manySpec(model, 50, 4)
@@ -393,10 +271,10 @@ func TestServerWorkerKilled(t *testing.T) {
 	}
 	// Both workers' slots fill up at the closed gate; then one dies.
 	g.waitHeld(t, 6)
-	a.kill(t)
+	a.Kill()
 	g.release()
 	sum := follow(t, c, run.ID)
-	if lost := checkAttempts(t, s.dsn, run.ID, 200); lost == 0 {
+	if lost := checkAttempts(t, s.DSN, run.ID, 200); lost == 0 {
 		t.Errorf("no attempt was lost, so the killed worker held none: the test proved nothing")
 	}
 	g2, model2 := modelBackend(t, 0)
@@ -409,7 +287,7 @@ func TestServerWorkerKilled(t *testing.T) {
 func TestServerRestarted(t *testing.T) {
 	g, model := modelBackend(t, 40)
 	s := newServerSetup(t)
-	srv := s.serve(t)
+	srv := s.Serve(t)
 	s.worker(t, "worker-a")
 	s.worker(t, "worker-b")
 	c := s.client(t)
@@ -418,10 +296,10 @@ func TestServerRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.waitHeld(t, 4)
-	srv.kill(t)
+	srv.Kill()
 	g.release()
 	time.Sleep(500 * time.Millisecond)
-	s.serve(t)
+	s.Serve(t)
 	follow(t, c, run.ID)
-	checkAttempts(t, s.dsn, run.ID, 200)
+	checkAttempts(t, s.DSN, run.ID, 200)
 }

@@ -33,6 +33,7 @@ var allowed = map[string]string{
 	"internal/testenv/swebenchref": "test support only: runs the official swebench package's reference scripts (python/adapters/swebench) for the differential tests",
 	"internal/testenv/engineuser":  "test support only: re-runs a rung's test binary as an unprivileged engine user",
 	"internal/testenv/pgtest":      "test support only: runs initdb and postgres for a throwaway PostgreSQL cluster on loopback",
+	"internal/testenv/servertest":  "test support only: builds evalsid and runs evalsid serve and evalsid worker processes on loopback for the server tests",
 	"internal/testenv/jaegertest":  "test support only: runs scripts/build-jaeger.sh --cached and the cached jaeger binary, on loopback ports, for the traces dataset tests",
 	"bench/server":                 "a benchmark command, not the product: starts its own PostgreSQL (initdb, postgres) and the evalsid serve and worker processes it measures",
 	"harness/external":             "starts the harness.external command or Python shim the spec names; it only serves the protocol, model output still runs in the sandbox via Worker.Exec",
