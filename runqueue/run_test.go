@@ -43,7 +43,7 @@ func submit(t *testing.T, st *store.Store, records, trials int) store.Run {
 
 func outcome(l *engine.Lease, score float64) *engine.Outcome {
 	return &engine.Outcome{RecordID: l.Record.ID, Trial: l.Trial, Attempt: l.Attempt, Status: engine.TrialCompleted,
-		Usage: trajectory.Usage{InputTokens: 3, OutputTokens: 1},
+		Usage:       trajectory.Usage{InputTokens: 3, OutputTokens: 1},
 		Evaluations: []evaluate.EvaluatorResult{{Evaluator: "exact-match", Scores: []evaluate.Score{{Name: "exact-match", Value: score}}}}}
 }
 
