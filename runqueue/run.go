@@ -191,7 +191,14 @@ func Finalize(ctx context.Context, st Store, runID string, o FinalizeOptions) (*
 	}
 	b, err := json.Marshal(sum)
 	if err != nil {
-		return nil, fmt.Errorf("encoding the summary of run %s: %w", runID, err)
+		// Scores no trial should have (a non-finite mean): the run ends
+		// failed, saying why, rather than staying running for ever.
+		msg := fmt.Sprintf("the run's summary cannot be recorded: %v", err)
+		if ferr := st.FinishRun(context.WithoutCancel(ctx), runID, engine.StatusFailed, nil, msg); ferr != nil {
+			return nil, errors.Join(fmt.Errorf("encoding the summary of run %s: %w", runID, err), ferr)
+		}
+		sum.Status = engine.StatusFailed
+		return sum, fmt.Errorf("encoding the summary of run %s: %w", runID, err)
 	}
 	if err := st.FinishRun(context.WithoutCancel(ctx), runID, status, b, errMsg); err != nil {
 		return sum, fmt.Errorf("recording the end of run %s: %w", runID, err)

@@ -10,6 +10,7 @@ import (
 
 	"evals.si/access"
 	"evals.si/dataset"
+	"evals.si/image"
 	"evals.si/spec"
 )
 
@@ -24,6 +25,9 @@ import (
 // localImage reports an image reference a worker resolves from its own
 // file system.
 func localImage(ref string) bool {
+	if ref != "" && image.IsLocal(ref) {
+		return true
+	}
 	for _, p := range []string{"dir:", "oci-layout:", "docker-archive:", "/", "./", "../"} {
 		if strings.HasPrefix(ref, p) {
 			return true
@@ -83,28 +87,33 @@ func (s *Server) confineSubmit(project string, sp *spec.Spec, res *access.Resour
 			return badRequest("spec."+field, "%s %q %v", field, p, err)
 		}
 	}
-	// Everything else the spec names as a path is a file on the worker.
-	named := map[string]bool{sp.Dataset.URI: true}
-	for _, p := range files {
-		named[p] = true
-	}
-	for _, p := range res.Paths {
-		if !named[p] {
-			return refused(fmt.Errorf("the spec names %q, a file on the worker; a spec run on a server may name files only under the server's datasets_dir (evalsi run --server inlines script_file)", p))
-		}
+	// Everything the spec names as a path outside its dataset is a file on
+	// the worker (decided by where it is named, not by its value).
+	rest := *sp
+	rest.Dataset = spec.Dataset{}
+	if p := access.RunResource("", &rest).Paths; len(p) > 0 {
+		return refused(fmt.Errorf("the spec names %q, a file on the worker; a spec run on a server may name files only under the server's datasets_dir (evalsi run --server inlines script_file)", p[0]))
 	}
 	if err := s.confineEnvironment("environment", sp.Environment); err != nil {
 		return err
 	}
-	if sp.Environment != nil && res.Agent != nil {
-		for _, to := range sp.Environment.ImageMirrors {
-			if !slices.Contains(res.Agent.Images, to) {
-				res.Agent.Images = append(res.Agent.Images, to)
+	if env := sp.Environment; env != nil && res.Agent != nil {
+		// The rules see the images as the workers will resolve them.
+		for _, ref := range append([]string{env.Image}, res.Agent.Images...) {
+			if r := image.Rewrite(env.ImageMirrors, ref); r != "" && !slices.Contains(res.Agent.Images, r) {
+				res.Agent.Images = append(res.Agent.Images, r)
 			}
 		}
 	}
-	if n := len(sp.Dataset.Records) * max(sp.Trials, 1); s.o.MaxTrials > 0 && n > s.o.MaxTrials {
-		return refused(fmt.Errorf("the run has %d trials; this server takes at most %d per run (max_trials_per_run)", n, s.o.MaxTrials))
+	return s.checkTrials(len(sp.Dataset.Records), sp.Trials)
+}
+
+// checkTrials refuses records × trials over max_trials_per_run, without
+// multiplying (a huge trials count must not wrap around).
+func (s *Server) checkTrials(records, trials int) error {
+	trials = max(trials, 1)
+	if trials > s.o.MaxTrials || (records > 0 && records > s.o.MaxTrials/trials) {
+		return refused(fmt.Errorf("the run has %d records × %d trials; this server takes at most %d trials per run (max_trials_per_run)", records, trials, s.o.MaxTrials))
 	}
 	return nil
 }
@@ -112,8 +121,8 @@ func (s *Server) confineSubmit(project string, sp *spec.Spec, res *access.Resour
 // confineRecords checks what the loaded records make of the environment:
 // a record may tighten it, and may set nothing a spec may not.
 func (s *Server) confineRecords(sp *spec.Spec, records []spec.Record) error {
-	if n := len(records) * max(sp.Trials, 1); s.o.MaxTrials > 0 && n > s.o.MaxTrials {
-		return refused(fmt.Errorf("the run has %d records × %d trials; this server takes at most %d trials per run (max_trials_per_run)", len(records), max(sp.Trials, 1), s.o.MaxTrials))
+	if err := s.checkTrials(len(records), sp.Trials); err != nil {
+		return err
 	}
 	if !sp.IsAgentRun() {
 		return nil
@@ -149,8 +158,10 @@ func (s *Server) confineEnvironment(field string, env *spec.Environment) error {
 		return nil
 	}
 	if !s.o.AllowLocalImages {
-		if localImage(env.Image) {
-			return refused(fmt.Errorf("%s.image %q is a worker's local image; this server takes registry images only (allow_local_images opens it)", field, env.Image))
+		// What the worker resolves is the image after its mirrors: a mirror
+		// can rewrite a registry-looking name into a local one.
+		if resolved := image.Rewrite(env.ImageMirrors, env.Image); localImage(env.Image) || localImage(resolved) {
+			return refused(fmt.Errorf("%s.image %q resolves to %q, a worker's local image; this server takes registry images only (allow_local_images opens it)", field, env.Image, resolved))
 		}
 		for from, to := range env.ImageMirrors {
 			if localImage(to) {

@@ -3,6 +3,8 @@ package server_test
 import (
 	"net/http"
 	"testing"
+
+	"evals.si/api"
 )
 
 // What no submitted spec may do, whatever the rules: read a server file
@@ -42,6 +44,18 @@ func TestSubmitConfined(t *testing.T) {
 		{"the host rung", withEnv(map[string]any{"sandbox": map[string]any{"ladder": []string{"host"}, "allow_unsafe_host": true}}), 422, "host rung"},
 		{"a cgroup directory of the worker", withEnv(map[string]any{"sandbox": map[string]any{"cgroup": "/sys/fs/cgroup/x"}}), 422, "cgroup"},
 		{"signature keys from worker files", withEnv(map[string]any{"sandbox": map[string]any{"image_signatures": map[string]any{"keys": []string{"/etc/evalsi/cosign.pub"}}}}), 422, "PEM"},
+		{"a mirror that joins into a worker directory", withEnv(map[string]any{"image": "reg.example/ir:/root", "image_mirrors": map[string]string{"reg.example/": "d"}}), 422, "local image"},
+		{"a script file named like the dataset", func() map[string]any {
+			s := modelSpec("x", "", "r1")
+			s["dataset"] = map[string]any{"path": "shared.jsonl"}
+			s["target"] = map[string]any{"connector": "scripted", "model": "m", "script_file": "shared.jsonl"}
+			return s
+		}(), 422, "file on the worker"},
+		{"trials that overflow", func() map[string]any {
+			s := modelSpec("x", "ALPHA_KEY", "r1", "r2", "r3", "r4")
+			s["trials"] = 1<<62 + 1
+			return s
+		}(), 422, "max_trials_per_run"},
 		{"too many trials", func() map[string]any {
 			s := modelSpec("x", "ALPHA_KEY", "r1")
 			s["trials"] = 300000
@@ -64,4 +78,46 @@ func TestSubmitConfined(t *testing.T) {
 	}
 	// The project's own promoted dataset is fine.
 	f.submit(alphaEditor, withDataset(map[string]any{"path": "promoted/alpha/mine.jsonl"}))
+}
+
+// A viewer's submission is refused before its body is read, however large.
+func TestViewerSubmitRefusedUnread(t *testing.T) {
+	f := newFixture(t, nil)
+	r := f.do("POST", "/v1/runs", alphaViewer, map[string]any{"spec": modelSpec("x", "ALPHA_KEY", "r1")})
+	apiError(t, r, http.StatusForbidden, "forbidden", "runs.create")
+}
+
+// The server keeps the retry budget and refuses numbers no trial makes: a
+// worker cannot retry a trial for ever or poison the run's summary.
+func TestFinishIsBounded(t *testing.T) {
+	f := newFixture(t, nil)
+	run := f.submit(alphaEditor, modelSpec("retry", "ALPHA_KEY", "a1"))
+	errored := func(l api.Lease) api.FinishRequest {
+		b := finishBody(l, "")
+		b.Outcome.Status, b.Outcome.ErrorKind, b.Outcome.Error, b.Outcome.Evaluations = "errored", "sandbox", "fell over", nil
+		b.Retry = true
+		return b
+	}
+	// retries defaults to 2: two retries, then the attempt is final.
+	for i := range 4 {
+		l := f.lease(workerTok, "w1", run.ID)
+		if i == 0 {
+			bad := finishBody(l, "x")
+			bad.Outcome.Evaluations[0].Scores[0].Value = 1e308
+			apiError(t, f.do("POST", "/v1/worker/trials/"+l.TrialID+"/finish", workerTok, bad), http.StatusBadRequest, "bad_request", "finite")
+		}
+		if r := f.do("POST", "/v1/worker/trials/"+l.TrialID+"/finish", workerTok, errored(l)); r.status != http.StatusNoContent {
+			t.Fatalf("finish %d: %s", i, r)
+		}
+		if i == 2 {
+			break
+		}
+	}
+	if r := f.do("POST", "/v1/worker/lease", workerTok, api.LeaseRequest{Worker: "w1", Runs: []string{run.ID}}); r.status != http.StatusNoContent {
+		t.Fatalf("a fourth attempt was leased past the retry budget: %s", r)
+	}
+	got := decodeAs[api.Run](t, f.do("GET", "/v1/runs/"+run.ID, alphaEditor, nil), http.StatusOK)
+	if got.Status != "completed" || got.Summary == nil || got.Summary.Errored != 1 || got.Summary.Attempts != 3 {
+		t.Errorf("run after the budget: %+v", got)
+	}
 }

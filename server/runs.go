@@ -30,6 +30,18 @@ import (
 // and the programs it would start on a worker must be trusted. Only then
 // are its records loaded (relative to datasets_dir) and its trials queued.
 func (s *Server) submit(w http.ResponseWriter, r *http.Request, p access.Principal) error {
+	// Parsing a spec is the costliest thing a request can make the server
+	// do: only a principal that may create runs gets that far, and only a
+	// few submissions are parsed at once.
+	if err := s.o.Access.Authorize(r.Context(), p, access.Resource{Kind: "run", Project: p.Project}, access.Request{Action: "runs.create", Time: s.o.Now()}); err != nil {
+		return err
+	}
+	select {
+	case s.submits <- struct{}{}:
+		defer func() { <-s.submits }()
+	case <-r.Context().Done():
+		return r.Context().Err()
+	}
 	var req api.SubmitRequest
 	if err := decode(w, r, maxSubmitBytes, &req); err != nil {
 		return err

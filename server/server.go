@@ -73,15 +73,17 @@ type PromoteFunc func(ctx context.Context, st Store, project, runID string, req 
 type Server struct {
 	// evals caches each run's evaluator count (worker.go).
 	evals sync.Map
-	o     Options
-	mux   *http.ServeMux
-	log   *slog.Logger
+	// submits bounds the submissions parsed at once.
+	submits chan struct{}
+	o       Options
+	mux     *http.ServeMux
+	log     *slog.Logger
 }
 
 // Request body limits: a submitted spec (its inline records included), a
 // batch of events, anything else.
 const (
-	maxSubmitBytes = 32 << 20
+	maxSubmitBytes = 8 << 20
 	maxEventsBytes = 64 << 20
 	maxBodyBytes   = 1 << 20
 )
@@ -106,7 +108,7 @@ func New(o Options) (*Server, error) {
 	if o.MaxTrials <= 0 {
 		o.MaxTrials = 100000
 	}
-	s := &Server{o: o, mux: http.NewServeMux(), log: o.Logger}
+	s := &Server{o: o, mux: http.NewServeMux(), log: o.Logger, submits: make(chan struct{}, 2)}
 	s.routes()
 	return s, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -148,7 +149,7 @@ func (s *Server) leased(ctx context.Context, p access.Principal, trialID string,
 	if !ownedBy(t.LeaseOwner, p) {
 		return store.Lease{}, fmt.Errorf("trial %s is leased by another worker: %w", trialID, store.ErrLeaseLost)
 	}
-	return store.Lease{TrialID: t.ID, RunID: t.RunID, RecordID: t.RecordID, Trial: t.Trial, Attempt: t.Attempt, Epoch: epoch, Worker: t.LeaseOwner}, nil
+	return store.Lease{TrialID: t.ID, RunID: t.RunID, RecordID: t.RecordID, Trial: t.Trial, Attempt: t.Attempt, Epoch: epoch, Worker: t.LeaseOwner, RetriesUsed: t.RetriesUsed}, nil
 }
 
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, p access.Principal) error {
@@ -211,14 +212,20 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, p access.Princip
 	// A completed outcome must carry one result per evaluator of its run:
 	// the finalizer aggregates them by position, and an outcome with more
 	// or fewer would leave the run unfinishable.
-	if o.Status == engine.TrialCompleted {
-		n, err := s.evaluatorCount(r.Context(), l.RunID)
-		if err != nil {
-			return err
-		}
-		if len(o.Evaluations) != n {
-			return badRequest("outcome.evaluations", "a completed outcome needs one result per evaluator of the run (%d), not %d", n, len(o.Evaluations))
-		}
+	rs, err := s.runFacts(r.Context(), l.RunID)
+	if err != nil {
+		return err
+	}
+	if o.Status == engine.TrialCompleted && len(o.Evaluations) != rs.evaluators {
+		return badRequest("outcome.evaluations", "a completed outcome needs one result per evaluator of the run (%d), not %d", rs.evaluators, len(o.Evaluations))
+	}
+	if err := saneOutcome(o); err != nil {
+		return err
+	}
+	// The spec's retry budget is the server's to keep: a worker asking to
+	// retry past it gets the attempt recorded as errored for good.
+	if req.Retry && l.RetriesUsed >= rs.retries {
+		req.Retry = false
 	}
 	c, err := runqueue.Completion(o, req.Retry)
 	if err != nil {
@@ -235,24 +242,54 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, p access.Princip
 	return nil
 }
 
-// evaluatorCount is how many evaluators a run has, read from its stored
-// spec once per run: decoding the spec (its inline records included) on
-// every finish cost most of the server's time per trial.
-func (s *Server) evaluatorCount(ctx context.Context, runID string) (int, error) {
-	if n, ok := s.evals.Load(runID); ok {
-		return n.(int), nil
+// runFacts are what finish checks of a run, read from its stored spec once
+// per run: decoding the spec (its inline records included) on every finish
+// cost most of the server's time per trial.
+type runFacts struct {
+	evaluators, retries int
+}
+
+func (s *Server) runFacts(ctx context.Context, runID string) (runFacts, error) {
+	if f, ok := s.evals.Load(runID); ok {
+		return f.(runFacts), nil
 	}
 	run, err := s.o.Store.GetRun(ctx, runID)
 	if err != nil {
-		return 0, err
+		return runFacts{}, err
 	}
 	sp, err := run.DecodeSpec()
 	if err != nil {
-		return 0, fmt.Errorf("decoding the spec of run %s: %w", run.ID, err)
+		return runFacts{}, fmt.Errorf("decoding the spec of run %s: %w", run.ID, err)
 	}
-	n := len(engine.EvaluatorsOf(sp))
-	s.evals.Store(runID, n)
-	return n, nil
+	f := runFacts{evaluators: len(engine.EvaluatorsOf(sp)), retries: engine.LimitsOf(sp).Retries}
+	s.evals.Store(runID, f)
+	return f, nil
+}
+
+// saneOutcome refuses numbers no trial produces (non-finite scores, cost
+// or usage out of range), which would make the run's summary unencodable
+// or meaningless.
+func saneOutcome(o *engine.Outcome) error {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && math.Abs(v) < 1e15 }
+	for i, ev := range o.Evaluations {
+		for j, sc := range ev.Scores {
+			if sc.Name == "" || !finite(sc.Value) {
+				return badRequest(fmt.Sprintf("outcome.evaluations[%d].scores[%d]", i, j), "a score needs a name and a finite value")
+			}
+		}
+	}
+	for field, v := range map[string]float64{"cost_usd": o.CostUSD, "spend_cost_usd": o.Spend.CostUSD} {
+		if !finite(v) || v < 0 {
+			return badRequest("outcome."+field, "%s must be a finite amount of 0 or more", field)
+		}
+	}
+	for field, u := range map[string]int{"usage.input_tokens": o.Usage.InputTokens, "usage.output_tokens": o.Usage.OutputTokens,
+		"spend_usage.input_tokens": o.Spend.Usage.InputTokens, "spend_usage.output_tokens": o.Spend.Usage.OutputTokens} {
+		if u < 0 || u > 1<<40 {
+			return badRequest("outcome."+field, "%s is out of range", field)
+		}
+	}
+	return nil
 }
 
 // finalizeIfDone summarizes the run when its last trial has finished. Two
