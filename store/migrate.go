@@ -21,19 +21,24 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-type migration struct {
-	version int
-	name    string
-	sql     string
+// Migration is one embedded schema migration, NNNN_name.sql.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
 }
 
 // migrations lists the embedded migrations in version order.
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
+func migrations() ([]Migration, error) { return ReadMigrations(migrationFS, "migrations") }
+
+// ReadMigrations lists the migrations NNNN_name.sql in dir of fsys, in
+// version order (each store backend embeds its own).
+func ReadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, fmt.Errorf("reading embedded migrations: %w", err)
 	}
-	var ms []migration
+	var ms []Migration
 	seen := map[int]string{}
 	for _, e := range entries {
 		name := e.Name()
@@ -46,13 +51,13 @@ func migrations() ([]migration, error) {
 			return nil, fmt.Errorf("embedded migrations %s and %s share version %d", prev, name, v)
 		}
 		seen[v] = name
-		b, err := migrationFS.ReadFile(path.Join("migrations", name))
+		b, err := fs.ReadFile(fsys, path.Join(dir, name))
 		if err != nil {
 			return nil, fmt.Errorf("reading embedded migration %s: %w", name, err)
 		}
-		ms = append(ms, migration{version: v, name: name, sql: string(b)})
+		ms = append(ms, Migration{Version: v, Name: name, SQL: string(b)})
 	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
 	return ms, nil
 }
 
@@ -76,10 +81,10 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating schema_migrations: %w", err)
 	}
-	latest := ms[len(ms)-1].version
+	latest := ms[len(ms)-1].Version
 	for _, m := range ms {
 		write := s.write
-		if strings.HasPrefix(m.sql, foreignKeysOff) {
+		if strings.HasPrefix(m.SQL, foreignKeysOff) {
 			write = s.writeWithoutForeignKeys
 		}
 		err := write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -91,21 +96,21 @@ func (s *Store) migrate(ctx context.Context) error {
 				return fmt.Errorf("the database is at schema version %d, newer than this evalsi knows (%d): upgrade evalsi", maxV.Int64, latest)
 			}
 			var n int
-			if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM schema_migrations WHERE version = ?", m.version).Scan(&n); err != nil {
+			if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM schema_migrations WHERE version = ?", m.Version).Scan(&n); err != nil {
 				return err
 			}
 			if n > 0 {
 				return nil
 			}
-			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 				return err
 			}
 			_, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-				m.version, m.name, formatTime(time.Now()))
+				m.Version, m.Name, formatTime(time.Now()))
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("applying migration %s: %w", m.name, err)
+			return fmt.Errorf("applying migration %s: %w", m.Name, err)
 		}
 	}
 	return nil

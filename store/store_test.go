@@ -61,7 +61,7 @@ func TestOpenMigratesEmptyDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := ms[len(ms)-1].version; v != want {
+	if want := ms[len(ms)-1].Version; v != want {
 		t.Errorf("SchemaVersion = %d, want %d", v, want)
 	}
 	for _, table := range []string{"runs", "trials", "events", "scores", "artifacts", "schema_migrations"} {

@@ -359,8 +359,8 @@ func TestMigrationToQueueKeepsTrials(t *testing.T) {
 	}
 	exec("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT")
 	for _, m := range ms[:3] {
-		exec(m.sql)
-		exec("INSERT INTO schema_migrations VALUES (?, ?, '2026-01-01T00:00:00.000000000Z')", m.version, m.name)
+		exec(m.SQL)
+		exec("INSERT INTO schema_migrations VALUES (?, ?, '2026-01-01T00:00:00.000000000Z')", m.Version, m.Name)
 	}
 	exec("INSERT INTO runs (id, status, created_at) VALUES ('r-1', 'running', '2026-01-01T00:00:00.000000000Z')")
 	// Created in the order b, a, c; b was reset once (attempt 2).

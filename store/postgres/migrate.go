@@ -4,13 +4,10 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"evals.si/store"
 )
 
 // migrationFS holds the schema as numbered files, NNNN_name.sql, applied in
@@ -25,40 +22,8 @@ var migrationFS embed.FS
 // but the first find nothing left to do.
 const migrationLock = 0x6576616c7369
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
 // migrations lists the embedded migrations in version order.
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, fmt.Errorf("reading embedded migrations: %w", err)
-	}
-	var ms []migration
-	seen := map[int]string{}
-	for _, e := range entries {
-		name := e.Name()
-		num, _, ok := strings.Cut(strings.TrimSuffix(name, ".sql"), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("embedded migration %s: name must be NNNN_name.sql", name)
-		}
-		if prev, dup := seen[v]; dup {
-			return nil, fmt.Errorf("embedded migrations %s and %s share version %d", prev, name, v)
-		}
-		seen[v] = name
-		b, err := migrationFS.ReadFile(path.Join("migrations", name))
-		if err != nil {
-			return nil, fmt.Errorf("reading embedded migration %s: %w", name, err)
-		}
-		ms = append(ms, migration{version: v, name: name, sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	return ms, nil
-}
+func migrations() ([]store.Migration, error) { return store.ReadMigrations(migrationFS, "migrations") }
 
 // migrate applies every migration not yet recorded in schema_version, all in
 // one transaction under the advisory lock: a failing migration leaves the
@@ -68,7 +33,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	latest := ms[len(ms)-1].version
+	latest := ms[len(ms)-1].Version
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrationLock)); err != nil {
 			return fmt.Errorf("taking the migration lock: %w", err)
@@ -88,16 +53,16 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("the database is at schema version %d, newer than this evalsi knows (%d): upgrade evalsi", current, latest)
 		}
 		for _, m := range ms {
-			if m.version <= current {
+			if m.Version <= current {
 				continue
 			}
 			// No arguments: pgx sends it over the simple protocol, which
 			// runs a file of several statements.
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
-				return fmt.Errorf("applying migration %s: %w", m.name, err)
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("applying migration %s: %w", m.Name, err)
 			}
-			if _, err := tx.Exec(ctx, "INSERT INTO schema_version (version, name) VALUES ($1, $2)", m.version, m.name); err != nil {
-				return fmt.Errorf("recording migration %s: %w", m.name, err)
+			if _, err := tx.Exec(ctx, "INSERT INTO schema_version (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
+				return fmt.Errorf("recording migration %s: %w", m.Name, err)
 			}
 		}
 		return nil
