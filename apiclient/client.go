@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -48,7 +49,20 @@ func New(base, token string) (*Client, error) {
 	if token == "" {
 		return nil, errors.New("no API token: set EVALSI_TOKEN, or token in the config file (evalsi's config.yaml)")
 	}
+	if u.Scheme == "http" && !loopback(u.Hostname()) {
+		return nil, fmt.Errorf("--server %s: refusing to send the API token over plain http to another machine; use https (evalsid serve's tls settings, or a TLS proxy in front of it)", u.Redacted())
+	}
 	return &Client{base: u, token: token, http: &http.Client{Timeout: 2 * time.Minute}, retryFor: 30 * time.Second}, nil
+}
+
+// loopback reports whether host is this machine (localhost or a loopback
+// address), where plain http exposes the token to no network.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // ConfigFile is where the CLI keeps its settings:

@@ -21,6 +21,7 @@ import (
 //	datasets_dir: /srv/evalsi/datasets
 //	leases: {ttl: 30s, sweep: 5s}
 //	viewer: true
+//	tls: {cert_file: server.crt, key_file: server.key}   # https; else plain http
 //	trace_backends: [http://jaeger:16686]   # what dataset: {traces: {url}} may read
 //	projects: …  tokens: …  authorization: …  credentials: …  agents: …   (package access)
 type Config struct {
@@ -30,6 +31,9 @@ type Config struct {
 	DatasetsDir string       `json:"datasets_dir,omitempty"`
 	Leases      LeasesConfig `json:"leases,omitzero"`
 	Viewer      *bool        `json:"viewer,omitempty"`
+	// TLS serves https with this certificate and key (PEM files); without
+	// it the server speaks plain http, for loopback or a TLS proxy in front.
+	TLS *TLSConfig `json:"tls,omitempty"`
 	// TraceBackends are the trace backends (Jaeger query URLs, such as
 	// http://jaeger:16686) a dataset: {traces: {url}} may read; none by
 	// default, so a submitted spec cannot make the server fetch an address
@@ -44,6 +48,12 @@ type Config struct {
 	AllowLocalImages bool `json:"allow_local_images,omitempty"`
 	AllowUnsafeHost  bool `json:"allow_unsafe_host,omitempty"`
 	access.Config
+}
+
+// TLSConfig names the server's certificate and key.
+type TLSConfig struct {
+	CertFile string `json:"cert_file"`
+	KeyFile  string `json:"key_file"`
 }
 
 // StoreConfig names the store: PostgreSQL (its DSN in a variable) or a
@@ -81,6 +91,12 @@ func LoadConfig(path string) (*Config, error) {
 		return filepath.Join(dir, p)
 	}
 	c.Store.SQLite, c.BlobsDir, c.DatasetsDir = abs(c.Store.SQLite), abs(c.BlobsDir), abs(c.DatasetsDir)
+	if t := c.TLS; t != nil {
+		if t.CertFile == "" || t.KeyFile == "" {
+			return nil, fmt.Errorf("%s: tls needs cert_file and key_file", path)
+		}
+		t.CertFile, t.KeyFile = abs(t.CertFile), abs(t.KeyFile)
+	}
 	switch {
 	case c.Store.PostgresEnv == "" && c.Store.SQLite == "":
 		return nil, fmt.Errorf("%s: store needs postgres_env (the variable holding the PostgreSQL DSN) or sqlite (a file)", path)

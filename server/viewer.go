@@ -130,12 +130,18 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `<!doctype html><title>Evals.si — sign in</title><form method=post action=/login><label>API token <input name=token type=password autocomplete=off></label> <button>Sign in</button></form>`)
 		return
 	}
+	// Another site must not sign a browser in with its own token (login
+	// CSRF): net/http's cross-origin check refuses cross-site posts.
+	if err := http.NewCrossOriginProtection().Check(r); err != nil {
+		writeError(w, http.StatusForbidden, "forbidden", "sign in from this server's own /login page", "")
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
 	tok := r.PostFormValue("token")
 	if _, err := s.o.Access.Authenticate(tok); err != nil {
 		writeError(w, http.StatusUnauthorized, "unauthenticated", "the token is not valid", "token")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }

@@ -68,9 +68,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, logger 
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go srv.Sweep(sctx, cfg.Leases.Sweep.D())
-	fmt.Fprintf(stdout, "evalsid: serving on http://%s (API description at %s)\n", ln.Addr(), api.PathOpenAPI)
+	scheme := "http"
+	if cfg.TLS != nil {
+		scheme = "https"
+	}
+	fmt.Fprintf(stdout, "evalsid: serving on %s://%s (API description at %s)\n", scheme, ln.Addr(), api.PathOpenAPI)
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() {
+		if cfg.TLS != nil {
+			errc <- hs.ServeTLS(ln, cfg.TLS.CertFile, cfg.TLS.KeyFile)
+			return
+		}
+		errc <- hs.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serving: %w", err)
