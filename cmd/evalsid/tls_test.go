@@ -58,7 +58,9 @@ func TestServeTLS(t *testing.T) {
 	t.Setenv("TLS_TEST_TOKEN", "tls-test-token-0123456789")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"serve", "--config", filepath.Join(dir, "server.yaml")}, io.Discard, io.Discard) }()
+	go func() {
+		done <- run(ctx, []string{"serve", "--config", filepath.Join(dir, "server.yaml")}, io.Discard, io.Discard)
+	}()
 	defer func() { cancel(); <-done }()
 
 	pool := x509.NewCertPool()
