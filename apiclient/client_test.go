@@ -50,8 +50,8 @@ func TestNew(t *testing.T) {
 			t.Errorf("New(%q, %q) did not fail", c.base, c.token)
 		}
 	}
-	c, err := New("http://evals:8080/", "t")
-	if err != nil || c.Base() != "http://evals:8080" {
+	c, err := New("https://evals:8080/", "t")
+	if err != nil || c.Base() != "https://evals:8080" {
 		t.Errorf("New: %v, base %q", err, c.Base())
 	}
 }
