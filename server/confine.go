@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -133,8 +134,14 @@ func (s *Server) confineRecords(sp *spec.Spec, records []spec.Record) error {
 		base.ApplyDefaults()
 	}
 	for _, rec := range records {
-		if raw, ok := rec.Metadata["environment"]; ok && strings.Contains(string(raw), `"image_mirrors"`) {
-			return refused(fmt.Errorf("record %q sets image_mirrors; on a server only the spec file may", rec.ID))
+		if raw, ok := rec.Metadata["environment"]; ok {
+			// Decoded, not searched: an escaped key spells the same field.
+			var fields map[string]json.RawMessage
+			if json.Unmarshal(raw, &fields) == nil {
+				if _, ok := fields["image_mirrors"]; ok {
+					return refused(fmt.Errorf("record %q sets image_mirrors; on a server only the spec file may", rec.ID))
+				}
+			}
 		}
 		env, err := dataset.Environment(base, rec)
 		if err != nil {
