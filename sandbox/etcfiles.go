@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 )
@@ -14,12 +15,22 @@ import (
 // their own root (bwrap, landlock) write too, per sandbox.
 
 // NewHostname is 12 random hex digits, as Docker's container id prefix.
-func NewHostname() (string, error) {
+// Like Docker (moby's stringid), it never picks 12 decimal digits: glibc
+// takes an all-digit name for an address and never looks it up in
+// /etc/hosts, so the sandbox's own hostname would not resolve.
+func NewHostname() (string, error) { return newHostname(rand.Reader) }
+
+func newHostname(r io.Reader) (string, error) {
 	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("choosing a hostname: %w", err)
+	for {
+		if _, err := io.ReadFull(r, b); err != nil {
+			return "", fmt.Errorf("choosing a hostname: %w", err)
+		}
+		name := hex.EncodeToString(b)
+		if strings.ContainsAny(name, "abcdef") {
+			return name, nil
+		}
 	}
-	return hex.EncodeToString(b), nil
 }
 
 // EtcHosts is Docker's /etc/hosts for a container without other networks;

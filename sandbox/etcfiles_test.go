@@ -1,6 +1,9 @@
 package sandbox
 
-import "testing"
+import (
+	"bytes"
+	"testing"
+)
 
 func TestResolvConf(t *testing.T) {
 	for _, tc := range []struct{ name, host, want string }{
@@ -15,5 +18,22 @@ func TestResolvConf(t *testing.T) {
 				t.Fatalf("ResolvConf(%q) = %q, want %q", tc.host, got, tc.want)
 			}
 		})
+	}
+}
+
+// An all-digit hostname does not resolve through /etc/hosts (glibc reads
+// it as an address), so NewHostname draws again, as Docker does.
+func TestNewHostnameNeverAllDigits(t *testing.T) {
+	digits := []byte{0x12, 0x34, 0x56, 0x78, 0x90, 0x12}
+	r := bytes.NewReader(append(digits, 0xab, 0, 0, 0, 0, 0))
+	name, err := newHostname(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name != "ab0000000000" {
+		t.Fatalf("newHostname = %q, want the second draw ab0000000000", name)
+	}
+	if _, err := newHostname(bytes.NewReader(digits)); err == nil {
+		t.Fatal("newHostname with only all-digit draws and then EOF: want an error")
 	}
 }
