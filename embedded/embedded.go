@@ -15,6 +15,7 @@ import (
 
 	"evals.si/dataset"
 	"evals.si/dataset/traces"
+	"evals.si/egress"
 	"evals.si/engine"
 	"evals.si/environment"
 	"evals.si/image"
@@ -44,6 +45,13 @@ type Options struct {
 	Logger   *slog.Logger
 	// Getenv reads API keys (default os.Getenv).
 	Getenv func(string) string
+}
+
+// Pool is a sandbox pool seen from a host that runs no sandboxes itself.
+type Pool interface {
+	Rung() sandbox.Rung
+	Images() environment.ImageResolver
+	Egress() egress.Host
 }
 
 // App is an open embedded instance: this machine's Host and a SQLite
@@ -76,6 +84,11 @@ type HostOptions struct {
 	Logger   *slog.Logger
 	// Getenv reads API keys (default os.Getenv).
 	Getenv func(string) string
+	// Pool, when set, is the sandbox pool (sandbox.address) this host
+	// leases every sandbox from, instead of making them: its rung is the
+	// only one, it resolves the images, and the egress proxies run beside
+	// its sandboxes.
+	Pool Pool
 }
 
 // Host is this machine as a place trials run: the image cache, the sandbox
@@ -108,6 +121,22 @@ func OpenHost(ctx context.Context, o HostOptions) (*Host, error) {
 	stateDir, err := filepath.Abs(stateDir)
 	if err != nil {
 		return nil, fmt.Errorf("finding the state directory: %w", err)
+	}
+	if o.Pool != nil {
+		rungs := []sandbox.Rung{o.Pool.Rung()}
+		envs := environment.NewManager(o.Pool.Images(), rungs, filepath.Join(stateDir, "sandboxes"), o.Logger)
+		envs.SetEgress(o.Pool.Egress())
+		return &Host{
+			planner: &planner.Host{
+				Envs:     envs,
+				Rungs:    rungs,
+				Datasets: planner.Datasets(),
+				Egress:   o.Pool.Egress(),
+				Logger:   o.Logger,
+				Getenv:   o.Getenv,
+			},
+			stateDir: stateDir,
+		}, nil
 	}
 	imgs, err := image.Open(filepath.Join(stateDir, "images"), o.Logger)
 	if err != nil {

@@ -42,8 +42,11 @@ type AgentRunner struct {
 	Evaluators      []evaluate.Evaluator
 	Logger          *slog.Logger
 	// ProxyDir holds egress proxies' unix sockets, each proxy's in a
-	// directory of its own.
+	// directory of its own, when Egress is nil.
 	ProxyDir string
+	// Egress is where the trials' egress proxies run: where the sandboxes
+	// are (a sandbox pool's, for its sandboxes). Nil: in this process.
+	Egress egress.Host
 	// User, when set, is the task's user (user_simulator). One that can
 	// bind to a trial (ForTask) is bound, so its model calls are recorded.
 	User agent.User
@@ -209,7 +212,7 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 			}
 		} else if phase != nil {
 			egressEvents.checking.Store(true)
-			if err := phase.SetPolicy(egressPolicy(checkPol, r.ProxyDir)); err != nil {
+			if err := phase.SetPolicy(egressPolicy(checkPol)); err != nil {
 				return nil, &kindError{kind: "sandbox", err: fmt.Errorf("switching the sandbox's network to the checker's: %w", err)}
 			}
 		}
@@ -288,26 +291,33 @@ func (r *AgentRunner) withProxy(ctx context.Context, proxies *proxySet, pol sand
 	if err != nil {
 		return pol, err
 	}
-	pol.ProxyAddr = p.UnixAddr()
+	pol.ProxyAddr = p.Addr()
 	return pol, nil
 }
 
 // startProxy starts a proxy of the trial's own enforcing pol (deny: it
 // refuses everything).
-func (r *AgentRunner) startProxy(ctx context.Context, proxies *proxySet, pol sandbox.Policy, onEvent func(egress.Event)) (*egress.Proxy, error) {
-	p := egress.New(egressPolicy(pol, r.ProxyDir), r.Logger, onEvent)
-	if err := p.Start(ctx); err != nil {
-		return nil, fmt.Errorf("starting egress proxy: %w", err)
+func (r *AgentRunner) startProxy(ctx context.Context, proxies *proxySet, pol sandbox.Policy, onEvent func(egress.Event)) (egress.Handle, error) {
+	p, err := r.egressHost().StartProxy(ctx, egressPolicy(pol), onEvent)
+	if err != nil {
+		return nil, err
 	}
 	proxies.add(p)
 	return p, nil
 }
 
+func (r *AgentRunner) egressHost() egress.Host {
+	if r.Egress != nil {
+		return r.Egress
+	}
+	return egress.Local{SocketDir: r.ProxyDir, Logger: r.Logger}
+}
+
 // egressPolicy is what a proxy lets through for a sandbox policy:
 // allowlist its hosts, allow everything but the engine's machine, deny
 // nothing.
-func egressPolicy(pol sandbox.Policy, socketDir string) egress.Policy {
-	ep := egress.Policy{SocketDir: socketDir}
+func egressPolicy(pol sandbox.Policy) egress.Policy {
+	var ep egress.Policy
 	switch pol.Network {
 	case sandbox.NetworkAllowlist:
 		ep.AllowHosts = pol.AllowHosts
@@ -320,10 +330,10 @@ func egressPolicy(pol sandbox.Policy, socketDir string) egress.Policy {
 // proxySet is the egress proxies of one trial, closed when it ends.
 type proxySet struct {
 	mu sync.Mutex
-	ps []*egress.Proxy
+	ps []egress.Handle
 }
 
-func (s *proxySet) add(p *egress.Proxy) {
+func (s *proxySet) add(p egress.Handle) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ps = append(s.ps, p)
@@ -413,7 +423,7 @@ type policySetter interface {
 // out of reach). A sandbox made with a phase proxy (phase) widens at that
 // proxy, which every rung reaches the same way; any other needs a rung
 // that can widen its policy mid-trial.
-func (r *AgentRunner) escalate(sb sandbox.Sandbox, pol sandbox.Policy, proxies *proxySet, phase *egress.Proxy, onEvent func(egress.Event)) func(ctx context.Context, kind, reason string) (bool, error) {
+func (r *AgentRunner) escalate(sb sandbox.Sandbox, pol sandbox.Policy, proxies *proxySet, phase egress.Handle, onEvent func(egress.Event)) func(ctx context.Context, kind, reason string) (bool, error) {
 	allow := r.EscalationAllow
 	var mu sync.Mutex
 	widened := false
@@ -427,7 +437,7 @@ func (r *AgentRunner) escalate(sb sandbox.Sandbox, pol sandbox.Policy, proxies *
 			return true, nil
 		}
 		if phase != nil {
-			if err := phase.SetPolicy(egressPolicy(sandbox.Policy{Network: sandbox.NetworkAllow}, r.ProxyDir)); err != nil {
+			if err := phase.SetPolicy(egressPolicy(sandbox.Policy{Network: sandbox.NetworkAllow})); err != nil {
 				r.logger().Warn("network escalation allowed by the spec but denied", "rung", sb.Report().Rung, "err", err)
 				return false, nil
 			}

@@ -32,7 +32,7 @@ import (
 // open): a deny phase reaches only the proxy, which refuses every
 // connection, and an allow phase reaches what an allow-all proxy lets
 // through.
-func (r *AgentRunner) trialNetwork(ctx context.Context, proxies *proxySet, agentPol, checkPol sandbox.Policy, onEvent func(egress.Event)) (pol sandbox.Policy, phase *egress.Proxy, err error) {
+func (r *AgentRunner) trialNetwork(ctx context.Context, proxies *proxySet, agentPol, checkPol sandbox.Policy, onEvent func(egress.Event)) (pol sandbox.Policy, phase egress.Handle, err error) {
 	if samePolicy(agentPol, checkPol) {
 		pol, err := r.withProxy(ctx, proxies, agentPol, onEvent)
 		return pol, nil, err
@@ -41,7 +41,7 @@ func (r *AgentRunner) trialNetwork(ctx context.Context, proxies *proxySet, agent
 	if err != nil {
 		return sandbox.Policy{}, nil, err
 	}
-	pol = sandbox.Policy{Network: sandbox.NetworkAllowlist, ProxyAddr: p.UnixAddr()}
+	pol = sandbox.Policy{Network: sandbox.NetworkAllowlist, ProxyAddr: p.Addr()}
 	// The hosts only shape the sandbox's own view (NO_PROXY).
 	for _, h := range slices.Concat(agentPol.AllowHosts, checkPol.AllowHosts) {
 		if !slices.Contains(pol.AllowHosts, h) {

@@ -53,6 +53,8 @@ type Manager struct {
 	rungs    []sandbox.Rung
 	stateDir string
 	logger   *slog.Logger
+	// egress runs setup's egress proxies (nil: in this process).
+	egress egress.Host
 
 	// own is this process's part of stateDir, claimed (and what stopped
 	// engines left swept) when the first sandbox is made: every sandbox's
@@ -83,6 +85,11 @@ type prepareCall struct {
 func NewManager(images ImageResolver, rungs []sandbox.Rung, stateDir string, logger *slog.Logger) *Manager {
 	return &Manager{images: images, rungs: rungs, stateDir: stateDir, logger: logger, prepared: map[string]*prepareCall{}}
 }
+
+// SetEgress makes setup's egress proxies (setup_network: allow) run on h,
+// where the rungs' sandboxes are (a sandbox pool's); by default they run in
+// this process. Call it before the first Prepare.
+func (m *Manager) SetEgress(h egress.Host) { m.egress = h }
 
 // claim makes this process's directory, once; a manager that never makes a
 // sandbox (listing runs) touches neither the state dir nor Docker.
@@ -346,6 +353,7 @@ func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment,
 		p.Image = img
 		p.root.Root = img.Root
 		p.root.Image = env.Image
+		p.root.ImageDigest = img.Digest
 		p.root.User = img.User
 		for _, kv := range img.Env {
 			if k, v, ok := strings.Cut(kv, "="); ok {
@@ -404,13 +412,17 @@ func (p *Prepared) setupConfig(pol *spec.SandboxPolicy) sandbox.Config {
 // reaches package indexes but not the engine's machine. The returned func
 // closes both.
 func (m *Manager) setupSandbox(ctx context.Context, rung sandbox.Rung, cfg sandbox.Config) (sandbox.Sandbox, func(), error) {
-	var proxy *egress.Proxy
+	var proxy egress.Handle
 	if cfg.Policy.Network == sandbox.NetworkAllow {
-		proxy = egress.New(egress.Policy{AllowAll: true}, m.logger, nil)
-		if err := proxy.Start(ctx); err != nil {
+		host := m.egress
+		if host == nil {
+			host = egress.Local{Logger: m.logger}
+		}
+		var err error
+		if proxy, err = host.StartProxy(ctx, egress.Policy{AllowAll: true}, nil); err != nil {
 			return nil, nil, fmt.Errorf("starting the setup's egress proxy: %w", err)
 		}
-		cfg.Policy.ProxyAddr = proxy.UnixAddr()
+		cfg.Policy.ProxyAddr = proxy.Addr()
 	}
 	sb, err := m.create(ctx, rung, cfg)
 	if err != nil {

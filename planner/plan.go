@@ -250,6 +250,7 @@ func (h *Host) agentRunner(ctx context.Context, at where, pt *parts, run string,
 		Evaluators:      evals,
 		Logger:          h.logger(),
 		ProxyDir:        h.ProxyDir,
+		Egress:          h.Egress,
 		User:            user,
 	}, nil
 }

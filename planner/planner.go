@@ -9,6 +9,7 @@
 package planner
 
 import (
+	"evals.si/egress"
 	"log/slog"
 	"os"
 
@@ -28,7 +29,10 @@ type Host struct {
 	Datasets *dataset.Registry
 	// ProxyDir holds the egress proxies' unix sockets.
 	ProxyDir string
-	Logger   *slog.Logger
+	// Egress runs the trials' egress proxies where the sandboxes are (nil:
+	// in this process, under ProxyDir).
+	Egress egress.Host
+	Logger *slog.Logger
 	// Getenv reads the worker variables a spec names (API keys, env_from;
 	// nil: os.Getenv).
 	Getenv func(string) string

@@ -149,10 +149,14 @@ type Config struct {
 	Layers []Layer `json:"layers,omitempty"`
 	// Image is the image reference (rungs that run images natively, such as
 	// docker, use it instead of Root).
-	Image   string            `json:"image,omitempty"`
-	Workdir string            `json:"workdir"`
-	Env     map[string]string `json:"env,omitempty"`
-	User    string            `json:"user,omitempty"`
+	Image string `json:"image,omitempty"`
+	// ImageDigest is the digest Image resolved to ("sha256:..."): what a
+	// rung that resolves images itself (a sandbox pool) makes the sandbox
+	// from, so it runs exactly the image the engine resolved.
+	ImageDigest string            `json:"image_digest,omitempty"`
+	Workdir     string            `json:"workdir"`
+	Env         map[string]string `json:"env,omitempty"`
+	User        string            `json:"user,omitempty"`
 	// ReadOnlyRoot makes everything but the workdir and /tmp read-only.
 	ReadOnlyRoot   bool          `json:"read_only_root,omitempty"`
 	Policy         Policy        `json:"policy"`
