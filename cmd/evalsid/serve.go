@@ -46,15 +46,25 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, logger 
 		return err
 	}
 	defer st.Close()
+	files, err := cfg.OpenDatasets(ctx, os.Getenv)
+	if err != nil {
+		return err
+	}
+	// Promotion and trace files write and read datasets_dir as a directory
+	// of this machine; a datasets_dir in S3 has neither (localDir is "").
+	localDir := ""
+	if files != nil {
+		localDir = files.LocalDir()
+	}
 	datasets := planner.Datasets()
 	datasets.ServeRuns(regress.NewRunSource(st, logger))
 	// A submitted spec reads only the trace backends the operator lists and
 	// trace files under datasets_dir.
-	datasets.ServeTraces(traces.NewSource(traces.Options{Logger: logger, AllowURL: cfg.AllowTraceURL, FileRoot: traceRoot(cfg.DatasetsDir)}))
+	datasets.ServeTraces(traces.NewSource(traces.Options{Logger: logger, AllowURL: cfg.AllowTraceURL, FileRoot: traceRoot(localDir)}))
 	srv, err := server.New(server.Options{
 		Store: st, Access: acc, Records: &planner.Host{Datasets: datasets, Logger: logger},
-		DatasetsDir: cfg.DatasetsDir, LeaseTTL: cfg.Leases.TTL.D(), MaxLeaseTTL: cfg.Leases.MaxTTL.D(),
-		Viewer: cfg.ViewerOn(), Promote: promoter(cfg.DatasetsDir), Logger: logger,
+		DatasetsDir: localDir, Datasets: files, LeaseTTL: cfg.Leases.TTL.D(), MaxLeaseTTL: cfg.Leases.MaxTTL.D(),
+		Viewer: cfg.ViewerOn(), Promote: promoter(localDir), Logger: logger,
 		MaxTrials: cfg.MaxTrialsPerRun, AllowLocalImages: cfg.AllowLocalImages, AllowUnsafeHost: cfg.AllowUnsafeHost,
 	})
 	if err != nil {
@@ -115,9 +125,9 @@ func openServerStore(ctx context.Context, cfg *server.Config) (server.Store, err
 	if dsn == "" {
 		return nil, usageErr{fmt.Errorf("store.postgres_env names %s, which is not set (it must hold the PostgreSQL DSN)", cfg.Store.PostgresEnv)}
 	}
-	blobs, err := store.OpenFSBlobs(cfg.BlobsDir)
+	blobs, err := cfg.OpenBlobs(ctx, os.Getenv)
 	if err != nil {
-		return nil, fmt.Errorf("opening blobs_dir: %w", err)
+		return nil, err
 	}
 	st, err := postgres.Open(ctx, dsn, blobs)
 	if err != nil {

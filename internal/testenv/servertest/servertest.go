@@ -56,6 +56,9 @@ type Options struct {
 	// Config is server.yaml after its listen, store, blobs_dir and
 	// datasets_dir lines (leases, projects, tokens, grants, ...).
 	Config string
+	// Dirs, when set, replaces the blobs_dir and datasets_dir lines (with
+	// S3 locations and their storage: section, say).
+	Dirs string
 	// Env is added to every process's environment (the tokens the config's
 	// token_env names, say).
 	Env []string
@@ -86,7 +89,11 @@ func New(t *testing.T, o Options) *Server {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(dir, "server.yaml")
-	body := fmt.Sprintf("listen: %s\nstore: {postgres_env: SERVERTEST_PG_DSN}\nblobs_dir: blobs\ndatasets_dir: datasets\n%s", addr, o.Config)
+	dirs := "blobs_dir: blobs\ndatasets_dir: datasets\n"
+	if o.Dirs != "" {
+		dirs = o.Dirs
+	}
+	body := fmt.Sprintf("listen: %s\nstore: {postgres_env: SERVERTEST_PG_DSN}\n%s%s", addr, dirs, o.Config)
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
