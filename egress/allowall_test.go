@@ -170,3 +170,59 @@ func TestSocketDirTooDeep(t *testing.T) {
 		t.Errorf("the short socket directory is still there after Close: %v", err)
 	}
 }
+
+// With RefuseOwnMachine (a sandbox pool's proxies), an allowlist that names
+// this machine, by literal, by "localhost", by a name resolving to one of
+// its addresses, or by a public-looking name resolving to the veth's host
+// side, reaches none of it; a host elsewhere on the allowlist is reached.
+func TestAllowlistRefuseOwnMachine(t *testing.T) {
+	h := nethost.New(t)
+	host, _, _ := net.SplitHostPort(h.Addr)
+	ip := net.ParseIP(host).To4()
+	own := net.IPv4(ip[0], ip[1], ip[2], ip[3]-1)
+	ln, err := net.Listen("tcp", net.JoinHostPort(own.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	hit := make(chan string, 8)
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hit <- r.Host }))
+	_, ownPort, _ := net.SplitHostPort(ln.Addr().String())
+	loop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hit <- r.Host }))
+	defer loop.Close()
+	_, loopPort, _ := net.SplitHostPort(hostPort(t, loop.URL))
+	dns := startDNS(t, own)
+
+	allow := []string{h.Addr, "127.0.0.1:" + loopPort, "localhost:" + loopPort, ln.Addr().String(), "mine.test:" + ownPort}
+	ev := &events{}
+	p := New(Policy{AllowHosts: allow, AllowPrivate: true, RefuseOwnMachine: true, SocketDir: t.TempDir()}, nil, ev.add)
+	p.resolver = dns.resolver()
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := client(p, http.DefaultTransport.(*http.Transport), true)
+	for _, target := range allow[1:] {
+		if code, body, _ := get(t, c, "http://"+target+"/"); code != http.StatusForbidden || !strings.Contains(body, "own machine") {
+			t.Errorf("GET %s: %d %q, want 403 naming the proxy's own machine", target, code, body)
+		}
+		if code := connectVia(t, p, target); code != http.StatusForbidden {
+			t.Errorf("CONNECT %s: %d, want 403", target, code)
+		}
+	}
+	select {
+	case got := <-hit:
+		t.Errorf("this machine was reached (%s)", got)
+	default:
+	}
+	if code, body, _ := get(t, c, "http://"+h.Addr+"/"); code != http.StatusOK || body != h.Body {
+		t.Errorf("GET the allowed test host: %d %q", code, body)
+	}
+	// SetPolicy keeps the guard only when the new policy asks for it.
+	if err := p.SetPolicy(Policy{AllowHosts: []string{ln.Addr().String()}, RefuseOwnMachine: true}); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := get(t, c, "http://"+ln.Addr().String()+"/"); code != http.StatusForbidden {
+		t.Errorf("after SetPolicy, GET this machine's address: %d, want 403", code)
+	}
+}

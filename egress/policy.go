@@ -29,6 +29,12 @@ type Policy struct {
 	// checked on the addresses a name resolves to, which are the ones
 	// dialled. AllowHosts is ignored. Every attempt is still reported.
 	AllowAll bool `json:"allow_all,omitempty"`
+	// RefuseOwnMachine refuses, in allowlist mode too, every destination
+	// on the proxy's own machine, as AllowAll does: an allowed name or
+	// literal that is one of its addresses is refused. A sandbox pool sets
+	// it, since its machine (other clients' proxies, its own services) is
+	// no client's to allow.
+	RefuseOwnMachine bool `json:"refuse_own_machine,omitempty"`
 	// SocketDir is where the proxy makes a directory of its own holding
 	// its unix socket (egress.sock), so proxies sharing SocketDir never
 	// share a socket; empty: the system's temporary directory. Close

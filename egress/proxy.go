@@ -118,6 +118,7 @@ type activePolicy struct {
 	hosts        []string
 	allowAll     bool
 	allowPrivate bool
+	refuseOwn    bool
 }
 
 // denyAll refuses every attempt.
@@ -128,7 +129,7 @@ func newActive(pol Policy) (*activePolicy, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &activePolicy{rules: rules, hosts: pol.AllowHosts, allowAll: pol.AllowAll, allowPrivate: pol.AllowPrivate}, nil
+	return &activePolicy{rules: rules, hosts: pol.AllowHosts, allowAll: pol.AllowAll, allowPrivate: pol.AllowPrivate, refuseOwn: pol.RefuseOwnMachine}, nil
 }
 
 type inflightReq struct{ cancel context.CancelFunc }
@@ -151,7 +152,7 @@ func (p *Proxy) SetPolicy(pol Policy) error {
 		next = denyAll
 		err = fmt.Errorf("setting the egress proxy's policy (it now refuses everything): %w", err)
 	}
-	p.policy.AllowHosts, p.policy.AllowAll, p.policy.AllowPrivate = next.hosts, next.allowAll, next.allowPrivate
+	p.policy.AllowHosts, p.policy.AllowAll, p.policy.AllowPrivate, p.policy.RefuseOwnMachine = next.hosts, next.allowAll, next.allowPrivate, next.refuseOwn
 	if !p.started {
 		return err
 	}
@@ -396,6 +397,9 @@ func (p *Proxy) decide(ctx context.Context, method, hostport string) decision {
 		return d
 	}
 	d.ev.Allowed = true
+	if pol.refuseOwn {
+		return p.refuseOwnMachine(ctx, pol, d)
+	}
 	ps := strconv.Itoa(port)
 	if ip := net.ParseIP(host); ip != nil {
 		d.addrs = []string{net.JoinHostPort(ip.String(), ps)}
@@ -426,6 +430,60 @@ func (p *Proxy) decide(ctx context.Context, method, hostport string) decision {
 		d.ev.Reason = "resolves only to non-public addresses " + strings.Join(private, ", ") + " (DNS rebinding guard; allow the address itself or set allow_private)"
 		d.code = http.StatusForbidden
 	}
+	return d
+}
+
+// refuseOwnMachine decides an allowlisted attempt under RefuseOwnMachine:
+// only addresses off this machine are dialled, as with allow-all, so
+// neither a name, a literal nor "localhost" reaches it; names keep the DNS
+// rebinding guard of allowlist mode.
+func (p *Proxy) refuseOwnMachine(ctx context.Context, pol *activePolicy, d decision) decision {
+	d.ev.Allowed = false
+	ps := strconv.Itoa(d.ev.Port)
+	ip := net.ParseIP(d.ev.Host)
+	var ips []net.IP
+	switch {
+	case ip != nil:
+		ips = []net.IP{ip}
+	case strings.EqualFold(d.ev.Host, "localhost"):
+		ips = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	default:
+		lctx, cancel := context.WithTimeout(ctx, p.policy.DialTimeout)
+		defer cancel()
+		found, err := p.resolver.LookupIPAddr(lctx, d.ev.Host)
+		if err != nil {
+			d.ev.Reason = "dns: " + err.Error()
+			d.code = http.StatusBadGateway
+			return d
+		}
+		for _, a := range found {
+			ips = append(ips, a.IP)
+		}
+	}
+	local, err := localAddrs()
+	if err != nil {
+		d.ev.Reason = "cannot tell this machine's addresses apart: " + err.Error()
+		d.code = http.StatusBadGateway
+		return d
+	}
+	var refused []string
+	for _, a := range ips {
+		if why := ownMachine(a, local); why != "" {
+			refused = append(refused, a.String()+" ("+why+")")
+			continue
+		}
+		if ip == nil && !pol.allowPrivate && !isPublic(a) {
+			refused = append(refused, a.String()+" (non-public: DNS rebinding guard)")
+			continue
+		}
+		d.addrs = append(d.addrs, net.JoinHostPort(a.String(), ps))
+	}
+	if len(d.addrs) == 0 {
+		d.ev.Reason = "the proxy's own machine is not reachable from a sandbox pool's sandboxes: " + strings.Join(refused, ", ")
+		d.code = http.StatusForbidden
+		return d
+	}
+	d.ev.Allowed = true
 	return d
 }
 
