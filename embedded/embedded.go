@@ -45,6 +45,9 @@ type Options struct {
 	Logger   *slog.Logger
 	// Getenv reads API keys (default os.Getenv).
 	Getenv func(string) string
+	// Pool, when set, is the sandbox pool every sandbox is leased from
+	// (see HostOptions.Pool).
+	Pool Pool
 }
 
 // Pool is a sandbox pool seen from a host that runs no sandboxes itself.
@@ -193,7 +196,7 @@ func Open(ctx context.Context, o Options) (*App, error) {
 	if stateDir == "" {
 		stateDir = filepath.Join(filepath.Dir(path), "state")
 	}
-	h, err := OpenHost(ctx, HostOptions{StateDir: stateDir, Logger: o.Logger, Getenv: o.Getenv})
+	h, err := OpenHost(ctx, HostOptions{StateDir: stateDir, Logger: o.Logger, Getenv: o.Getenv, Pool: o.Pool})
 	if err != nil {
 		st.Close()
 		return nil, err

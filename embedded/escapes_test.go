@@ -23,6 +23,7 @@ import (
 	"evals.si/internal/testenv"
 	"evals.si/internal/testenv/nethost"
 	"evals.si/sandbox"
+	"evals.si/sandbox/pool/pooltest"
 	"evals.si/spec"
 	"evals.si/store"
 	"evals.si/trajectory"
@@ -427,12 +428,22 @@ type escapeRung struct {
 	uncontained map[string]string
 	// notRun: rows that would harm the host the rung shares (row id → why).
 	notRun map[string]string
+	// ladder is the spec's ladder (default: name).
+	ladder string
+	// pool, when set, is the sandbox pool the App leases every sandbox
+	// from.
+	pool func(t *testing.T) Pool
 }
 
 func escapeRungs() []escapeRung {
 	return []escapeRung{
 		{name: sandbox.RungBwrap, need: requireAgentSandbox},
 		{name: sandbox.RungLandlock, need: func(t *testing.T) {}},
+		// The whole suite through a sandbox pool over mutual TLS: the
+		// worker side runs no sandbox, the pool's bwrap rung does, and the
+		// egress proxies run in the pool with their events streamed back.
+		{name: "remote", ladder: sandbox.RungBwrap, need: requireAgentSandbox,
+			pool: func(t *testing.T) Pool { return pooltest.Start(t, pooltest.Options{}).Dial(t, "escape-worker") }},
 		{name: sandbox.RungDocker, need: requireDocker,
 			uncontained: map[string]string{
 				"deny-visible":    "the attempts are refused (--network none), but Docker 20.10 drops a seccomp profile's listenerPath, so the rung cannot observe them",
@@ -491,7 +502,11 @@ func escapeSpec(t *testing.T, r escapeRung, cases []escapeCase) *spec.File {
 		replies = append(replies, map[string]any{"content": "done"})
 		script[c.id] = replies
 	}
-	sb := map[string]any{"workdir": "/workspace", "network": "allow", "ladder": []string{r.name}, "pids_max": 256}
+	ladder := r.ladder
+	if ladder == "" {
+		ladder = r.name
+	}
+	sb := map[string]any{"workdir": "/workspace", "network": "allow", "ladder": []string{ladder}, "pids_max": 256}
 	for k, v := range r.sandbox {
 		sb[k] = v
 	}
@@ -539,7 +554,12 @@ func TestEscapesThroughTheEngine(t *testing.T) {
 				}
 			}
 			f := escapeSpec(t, r, cases)
-			a := openApp(t)
+			var a *App
+			if r.pool != nil {
+				a = openPoolApp(t, r.pool(t))
+			} else {
+				a = openApp(t)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			sum, err := a.Run(ctx, f, RunOptions{})
@@ -578,6 +598,18 @@ func TestEscapesThroughTheEngine(t *testing.T) {
 			t.Log(table.String())
 		})
 	}
+}
+
+// openPoolApp is openApp leasing its sandboxes from p.
+func openPoolApp(t *testing.T, p Pool) *App {
+	t.Helper()
+	dir := t.TempDir()
+	a, err := Open(context.Background(), Options{StorePath: filepath.Join(dir, "evalsi.db"), StateDir: filepath.Join(dir, "state"), Pool: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
 }
 
 func newFixtures(t *testing.T) *fixtures {

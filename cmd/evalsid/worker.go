@@ -23,8 +23,30 @@ func worker(ctx context.Context, args []string, stderr io.Writer, logger *slog.L
 	stateDir := fs.String("state-dir", "", "images, sandboxes and proxy sockets (default: the user's data directory)")
 	unsafeHost := fs.Bool("allow-unsafe-host", false, "let runs use the host rung (no sandbox) on this worker, where the server allows it too")
 	dir := fs.String("dir", "", "where relative paths of a run's spec resolve on this worker (default: the working directory)")
+	metricsListen := fs.String("metrics-listen", "", "serve /healthz, /readyz (ready once a lease request reached the server) and /metrics on this address (host:port, plain HTTP, no token)")
+	cfgPath := fs.String("config", "", "worker config file (worker.yaml: sandbox: {address, ca, cert, key})")
+	var sb sandboxAddr
+	fs.StringVar(&sb.Address, "sandbox-address", "", "lease every sandbox from the sandbox pool at host:port (sandbox.address); this worker then runs none")
+	fs.StringVar(&sb.CA, "sandbox-ca", "", "the CA that signed the pool's certificate (sandbox.ca)")
+	fs.StringVar(&sb.Cert, "sandbox-cert", "", "this worker's client certificate for the pool (sandbox.cert)")
+	fs.StringVar(&sb.Key, "sandbox-key", "", "its private key (sandbox.key)")
 	if err := fs.Parse(args); err != nil {
 		return usageErr{err}
+	}
+	if *cfgPath != "" {
+		cfg, err := loadWorkerConfig(*cfgPath)
+		if err != nil {
+			return usageErr{err}
+		}
+		// Flags win over the file.
+		if sb.Address == "" {
+			sb.Address = cfg.Sandbox.Address
+		}
+		for _, f := range []struct{ flag, file *string }{{&sb.CA, &cfg.Sandbox.CA}, {&sb.Cert, &cfg.Sandbox.Cert}, {&sb.Key, &cfg.Sandbox.Key}} {
+			if *f.flag == "" {
+				*f.flag = *f.file
+			}
+		}
 	}
 	if *serverURL == "" || fs.NArg() > 0 {
 		return usageErr{errors.New("worker needs --server URL and nothing else")}
@@ -37,10 +59,28 @@ func worker(ctx context.Context, args []string, stderr io.Writer, logger *slog.L
 	if err != nil {
 		return usageErr{err}
 	}
-	host, err := embedded.OpenHost(ctx, embedded.HostOptions{StateDir: *stateDir, Logger: logger})
+	var metrics *remoteworker.Metrics
+	if *metricsListen != "" {
+		metrics = remoteworker.NewMetrics()
+		stop, err := serveProbes(*metricsListen, metrics.Handler(logger), logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	hostOpts := embedded.HostOptions{StateDir: *stateDir, Logger: logger}
+	pool, err := dialPool(ctx, sb, logger)
+	if err != nil {
+		return err
+	}
+	if pool != nil {
+		defer pool.Close()
+		hostOpts.Pool = pool
+	}
+	host, err := embedded.OpenHost(ctx, hostOpts)
 	if err != nil {
 		return fmt.Errorf("preparing this machine's sandboxes: %w", err)
 	}
 	defer host.Close()
-	return remoteworker.Run(ctx, remoteworker.Options{Client: client, Host: host.Planner(), Name: *name, Slots: *slots, Dir: *dir, Logger: logger, AllowUnsafeHost: *unsafeHost})
+	return remoteworker.Run(ctx, remoteworker.Options{Client: client, Host: host.Planner(), Name: *name, Slots: *slots, Dir: *dir, Logger: logger, AllowUnsafeHost: *unsafeHost, Metrics: metrics})
 }

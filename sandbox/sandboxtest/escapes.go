@@ -203,6 +203,9 @@ sys.exit(0 if r == 0 else 1)"`)
 			if o.ProxyUnix {
 				addr = e.proxy.UnixAddr
 			}
+			if o.ProxyAddr != nil {
+				addr = o.ProxyAddr(t, e.proxy)
+			}
 			c.Policy = sandbox.Policy{Network: sandbox.NetworkAllowlist, AllowHosts: []string{"allowed.test"}, ProxyAddr: addr}
 		},
 		run: func(t *testing.T, e *escapeEnv) (bool, string) {

@@ -64,6 +64,11 @@ type Options struct {
 	// ProxyUnix makes the allowlist row give the rung the proxy as
 	// "unix:/path" instead of "127.0.0.1:port".
 	ProxyUnix bool
+	// ProxyAddr, when set, is what the allowlist row gives the rung as
+	// the proxy's address for the test proxy p, for rungs that name
+	// proxies otherwise (a sandbox pool's id for a proxy it adopted). It
+	// wins over ProxyUnix.
+	ProxyAddr func(t *testing.T, p *Proxy) string
 	// Config adjusts every config the suites create (state dirs, images).
 	Config func(*sandbox.Config)
 	// Users adjusts the config of the ExecUser subtest, which adds a user

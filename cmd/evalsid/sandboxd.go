@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/goccy/go-yaml"
+
+	"evals.si/image"
+	"evals.si/sandbox"
+	"evals.si/sandbox/bwrap"
+	"evals.si/sandbox/landlock"
+	podrung "evals.si/sandbox/pod"
+	"evals.si/sandbox/pool"
+	"evals.si/sandbox/remote"
+)
+
+// sandboxd is `evalsid sandboxd`: the sandbox pool workers lease their
+// sandboxes from over mutual TLS.
+func sandboxd(ctx context.Context, args []string, stderr io.Writer, logger *slog.Logger) error {
+	fs := flag.NewFlagSet("evalsid sandboxd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "", "serve the pool's API on this address (host:port), mutual TLS only")
+	certFile := fs.String("tls-cert", "", "the pool's certificate (PEM)")
+	keyFile := fs.String("tls-key", "", "the pool's private key (PEM)")
+	clientCA := fs.String("client-ca", "", "the CA that signs the workers' client certificates (PEM); no other client is let in")
+	stateDir := fs.String("state-dir", "", "images, sandboxes, snapshots and proxy sockets")
+	rungName := fs.String("rung", sandbox.RungBwrap, "the rung the pool's sandboxes run on: bwrap, landlock or pod")
+	var allowHosts stringList
+	fs.Var(&allowHosts, "allow-host", "a host (host or host:port, *.domain wildcards) the pool's sandboxes may reach at most; repeat it (default: what each run's policy says)")
+	var po podFlags
+	po.register(fs)
+	health := fs.String("health-listen", "", "serve GET /healthz in plain HTTP on this address (the API is never served without TLS)")
+	ttl := fs.Duration("lease-ttl", pool.DefaultLeaseTTL, "how long a sandbox, snapshot or proxy outlives its client's last keepalive")
+	allowLocal := fs.Bool("allow-local-images", false, "let clients name images on this machine's filesystem (oci-layout:, docker-archive:, dir:)")
+	if err := fs.Parse(args); err != nil {
+		return usageErr{err}
+	}
+	if *listen == "" || *certFile == "" || *keyFile == "" || *clientCA == "" || *stateDir == "" || fs.NArg() > 0 {
+		return usageErr{errors.New("sandboxd needs --listen ADDR --tls-cert FILE --tls-key FILE --client-ca FILE --state-dir DIR")}
+	}
+	var rung sandbox.Rung
+	switch *rungName {
+	case sandbox.RungBwrap:
+		rung = bwrap.New(bwrap.Options{})
+	case sandbox.RungLandlock:
+		rung = landlock.New()
+	case podrung.Name:
+		r, err := po.rung(logger)
+		if err != nil {
+			return usageErr{err}
+		}
+		rung = r
+	default:
+		return usageErr{fmt.Errorf("--rung %q: bwrap, landlock or pod", *rungName)}
+	}
+	tlsCfg, err := pool.TLSConfig(*certFile, *keyFile, *clientCA)
+	if err != nil {
+		return usageErr{err}
+	}
+	imgs, err := image.Open(filepath.Join(*stateDir, "images"), logger)
+	if err != nil {
+		return fmt.Errorf("opening the pool's image cache: %w", err)
+	}
+	srv, err := pool.New(ctx, pool.Options{Rung: rung, Images: imgs, StateDir: filepath.Join(*stateDir, "pool"),
+		LeaseTTL: *ttl, AllowLocalImages: *allowLocal, AllowHosts: allowHosts, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer srv.Close(context.Background())
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("sandboxd: listening on %s: %w", *listen, err)
+	}
+	hs := &http.Server{Handler: srv.Handler(), TLSConfig: tlsCfg, ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
+	errc := make(chan error, 2)
+	go func() { errc <- hs.ServeTLS(ln, "", "") }()
+	if *health != "" {
+		hl, err := net.Listen("tcp", *health)
+		if err != nil {
+			return fmt.Errorf("sandboxd: listening on %s for health: %w", *health, err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+		hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- hsrv.Serve(hl) }()
+		defer hsrv.Close()
+	}
+	logger.Info("sandbox pool listening", "addr", ln.Addr().String(), "rung", rung.Name(), "lease_ttl", *ttl)
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("sandboxd: serving: %w", err)
+		}
+	}
+	// The pool first: closing its proxies ends their event streams, which
+	// Shutdown would otherwise wait for.
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.Close(sctx); err != nil {
+		logger.Warn("closing the sandbox pool", "err", err)
+	}
+	hs.Shutdown(sctx)
+	return nil
+}
+
+// workerConfig is worker.yaml.
+type workerConfig struct {
+	Sandbox sandboxAddr `yaml:"sandbox"`
+}
+
+// sandboxAddr is where a worker leases its sandboxes (sandbox.address) and
+// the files of its mutual TLS; relative files are relative to the config.
+type sandboxAddr struct {
+	Address string `yaml:"address"`
+	CA      string `yaml:"ca"`
+	Cert    string `yaml:"cert"`
+	Key     string `yaml:"key"`
+}
+
+func loadWorkerConfig(path string) (workerConfig, error) {
+	var c workerConfig
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("reading the worker config: %w", err)
+	}
+	if err := yaml.UnmarshalWithOptions(b, &c, yaml.Strict()); err != nil {
+		return c, fmt.Errorf("%s: %w", path, err)
+	}
+	dir := filepath.Dir(path)
+	for _, p := range []*string{&c.Sandbox.CA, &c.Sandbox.Cert, &c.Sandbox.Key} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	return c, nil
+}
+
+// dialPool dials the worker's sandbox pool; nil when no address is set
+// (the worker runs its sandboxes itself).
+func dialPool(ctx context.Context, a sandboxAddr, logger *slog.Logger) (*remote.Pool, error) {
+	if a.Address == "" {
+		return nil, nil
+	}
+	if a.CA == "" || a.Cert == "" || a.Key == "" {
+		return nil, usageErr{errors.New("sandbox.address needs sandbox.ca, sandbox.cert and sandbox.key (--sandbox-ca, --sandbox-cert, --sandbox-key): the pool takes only clients with a certificate")}
+	}
+	tc, err := remote.TLSConfig(a.CA, a.Cert, a.Key)
+	if err != nil {
+		return nil, usageErr{err}
+	}
+	p, err := remote.Dial(ctx, remote.Options{Address: a.Address, TLS: tc, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	h := p.Hello()
+	logger.Info("leasing sandboxes from a sandbox pool", "pool", a.Address, "rung", h.Rung, "isolation", h.Isolation, "identity", h.Identity)
+	return p, nil
+}

@@ -1,0 +1,374 @@
+// Package pool is `evalsid sandboxd`: a sandbox pool that leases the
+// sandboxes of its local rung to workers over HTTPS with mutual TLS
+// (protocol: package sandbox/pool/wire; client: package sandbox/remote).
+//
+// The pool owns everything location-dependent: the image store, the setup
+// snapshots, the egress proxies and the sandboxes' state. A client names
+// them only by the ids the pool handed to it, so no client can make a
+// sandbox over a path of the pool's machine (a root, a layer, a cgroup, a
+// proxy socket such as Docker's) or touch another client's objects. Every
+// object has a lease the client keeps alive; an expired one is closed.
+package pool
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"sync"
+	"time"
+
+	"evals.si/egress"
+	"evals.si/image"
+	"evals.si/sandbox"
+	"evals.si/sandbox/pool/wire"
+)
+
+// Images resolves image references in the pool's store.
+type Images interface {
+	Resolve(ctx context.Context, ref string) (*image.Image, error)
+	ResolveVerified(ctx context.Context, ref string, keys []string, allowLocal bool) (*image.Image, error)
+}
+
+// Options configure a pool.
+type Options struct {
+	// Rung makes the sandboxes (bwrap, landlock).
+	Rung sandbox.Rung
+	// Images is the pool's image store; nil: sandboxes without an image only.
+	Images Images
+	// StateDir holds sandbox state, snapshots and proxy sockets.
+	StateDir string
+	// LeaseTTL is how long an object outlives its last keepalive
+	// (default DefaultLeaseTTL).
+	LeaseTTL time.Duration
+	// MaxFileBytes caps one file transfer (default DefaultMaxFileBytes).
+	MaxFileBytes int64
+	// AllowLocalImages lets clients name images on the pool's own
+	// filesystem (oci-layout:, docker-archive:, dir:). Off: a reference
+	// that is a pool path is refused like any other path.
+	AllowLocalImages bool
+	// MaxObjects bounds the sandboxes, snapshots and proxies one client
+	// holds at once (default DefaultMaxObjects), so one client cannot
+	// exhaust the pool.
+	MaxObjects int
+	// AllowHosts, when set, is the most any client's egress may reach: an
+	// allowlist entry not in it, or network allow, is refused (the
+	// operator's ceiling over what run specs ask for).
+	AllowHosts []string
+	Logger     *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultLeaseTTL     = 2 * time.Minute
+	DefaultMaxFileBytes = 64 << 20
+	DefaultMaxObjects   = 512
+	// maxOutputLimit caps what one command's output limit may ask the pool
+	// to hold per stream.
+	maxOutputLimit = 64 << 20
+)
+
+// Server is a running pool. Serve its Handler behind TLSConfig's listener.
+type Server struct {
+	o     Options
+	caps  wire.Capabilities
+	mu    sync.Mutex
+	objs  map[string]*object
+	done  chan struct{}
+	wg    sync.WaitGroup
+	close sync.Once
+}
+
+// object is one leased thing: exactly one of sb, snap and proxy is set.
+type object struct {
+	owner   string
+	expires time.Time
+	sb      *leasedSandbox
+	snap    *sandbox.Layer
+	proxy   *proxy
+}
+
+type leasedSandbox struct {
+	sb sandbox.Sandbox
+	mu sync.Mutex
+	// services are the sandbox's services by id.
+	services map[string]sandbox.Service
+	// proxies maps the pool addresses this sandbox's reports name back to
+	// ids.
+	proxyIDs map[string]string
+}
+
+// rungCapabilities are what each rung the pool can serve supports. They are
+// declared, not discovered: a client offers exactly what the hello says.
+func rungCapabilities(rung string) (wire.Capabilities, bool) {
+	c := wire.Capabilities{
+		NetworkModes: []string{sandbox.NetworkDeny, sandbox.NetworkAllowlist, sandbox.NetworkAllow},
+		Limits:       []string{"memory_mb", "pids_max", "file_size_mb", "cpus", "disk_mb", "command_timeout"},
+	}
+	switch rung {
+	case sandbox.RungBwrap:
+		c.Snapshot, c.Service, c.SetPolicy = true, true, true
+	case sandbox.RungLandlock:
+		c.Snapshot, c.Service = true, true
+	case "pod":
+		// The pod rung reaches an egress proxy only at a TCP address its
+		// pods can reach, which the pool's per-client proxies (unix
+		// sockets) are not yet: deny only. No pids_max: Kubernetes has no
+		// per-pod field.
+		c.Service = true
+		c.NetworkModes = []string{sandbox.NetworkDeny}
+		c.Limits = []string{"memory_mb", "file_size_mb", "cpus", "disk_mb", "command_timeout"}
+	default:
+		return c, false
+	}
+	return c, true
+}
+
+// New starts a pool (its lease reaper) over o.Rung, which must work here.
+func New(ctx context.Context, o Options) (*Server, error) {
+	if o.Rung == nil {
+		return nil, errors.New("sandbox pool: no rung")
+	}
+	caps, ok := rungCapabilities(o.Rung.Name())
+	if !ok {
+		return nil, fmt.Errorf("sandbox pool: rung %s cannot be served (bwrap or landlock)", o.Rung.Name())
+	}
+	if p := o.Rung.Probe(ctx); !p.Works {
+		return nil, fmt.Errorf("sandbox pool: the %s rung does not work on this machine: %s", o.Rung.Name(), p.Reason)
+	}
+	if o.StateDir == "" {
+		return nil, errors.New("sandbox pool: no state directory")
+	}
+	abs, err := filepath.Abs(o.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox pool: state directory: %w", err)
+	}
+	o.StateDir = abs
+	for _, d := range []string{"sandboxes", "proxy"} {
+		if err := os.MkdirAll(filepath.Join(o.StateDir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("sandbox pool: creating the state directory: %w", err)
+		}
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.MaxFileBytes <= 0 {
+		o.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if o.MaxObjects <= 0 {
+		o.MaxObjects = DefaultMaxObjects
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	caps.MaxFileBytes, caps.LeaseTTL = o.MaxFileBytes, o.LeaseTTL
+	s := &Server{o: o, caps: caps, objs: map[string]*object{}, done: make(chan struct{})}
+	s.wg.Add(1)
+	go s.reap()
+	return s, nil
+}
+
+// Close closes every sandbox and proxy and removes every snapshot.
+func (s *Server) Close(ctx context.Context) error {
+	s.close.Do(func() { close(s.done) })
+	s.wg.Wait()
+	s.mu.Lock()
+	objs := s.objs
+	s.objs = map[string]*object{}
+	s.mu.Unlock()
+	var errs []error
+	for id, o := range objs {
+		if err := s.free(ctx, id, o); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reap closes what has outlived its lease.
+func (s *Server) reap() {
+	defer s.wg.Done()
+	t := time.NewTicker(max(s.o.LeaseTTL/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			var gone []string
+			var objs []*object
+			for id, o := range s.objs {
+				if now.After(o.expires) {
+					gone = append(gone, id)
+					objs = append(objs, o)
+					delete(s.objs, id)
+				}
+			}
+			s.mu.Unlock()
+			for i, id := range gone {
+				s.o.Logger.Info("lease expired", "id", id, "owner", objs[i].owner)
+				if err := s.free(context.Background(), id, objs[i]); err != nil {
+					s.o.Logger.Warn("freeing an expired lease", "id", id, "err", err)
+				}
+			}
+		}
+	}
+}
+
+func (s *Server) free(ctx context.Context, id string, o *object) error {
+	switch {
+	case o.sb != nil:
+		if err := o.sb.sb.Close(ctx); err != nil {
+			return fmt.Errorf("closing sandbox %s: %w", id, err)
+		}
+	case o.snap != nil:
+		if o.snap.Dir != "" {
+			if err := os.RemoveAll(o.snap.Dir); err != nil {
+				return fmt.Errorf("removing snapshot %s: %w", id, err)
+			}
+		}
+	case o.proxy != nil:
+		return o.proxy.close()
+	}
+	return nil
+}
+
+// add registers a new object of owner's and returns its id.
+func (s *Server) add(kind, owner string, o *object) string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	id := kind + "-" + hex.EncodeToString(b)
+	o.owner = owner
+	o.expires = time.Now().Add(s.o.LeaseTTL)
+	s.mu.Lock()
+	s.objs[id] = o
+	s.mu.Unlock()
+	return id
+}
+
+// room refuses a new object when owner holds MaxObjects already.
+func (s *Server) room(owner string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, o := range s.objs {
+		if o.owner == owner {
+			n++
+		}
+	}
+	if n >= s.o.MaxObjects {
+		return fmt.Errorf("this client holds %d sandboxes, snapshots and proxies, the pool's limit: close some first", n)
+	}
+	return nil
+}
+
+// errNotYours is the one answer for an id that does not exist, expired,
+// or is another client's: which of these it is is not the caller's to
+// learn.
+type errNotYours struct{ kind, id string }
+
+func (e errNotYours) Error() string {
+	return fmt.Sprintf("no %s %q of this client in the pool (expired, closed, or never handed to this client)", e.kind, e.id)
+}
+
+// get returns owner's object id of kind. Only keepalives renew a lease,
+// so a client that stopped keeping one alive cannot revive it by using it.
+func (s *Server) get(owner, kind, id string) (*object, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.objs[id]
+	if !ok || o.owner != owner || !isKind(o, kind) {
+		return nil, errNotYours{kind, id}
+	}
+	return o, nil
+}
+
+func isKind(o *object, kind string) bool {
+	switch kind {
+	case "sandbox":
+		return o.sb != nil
+	case "snapshot":
+		return o.snap != nil
+	case "proxy":
+		return o.proxy != nil
+	}
+	return false
+}
+
+// remove takes owner's object id out of the pool and frees it.
+func (s *Server) remove(ctx context.Context, owner, kind, id string) error {
+	s.mu.Lock()
+	o, ok := s.objs[id]
+	if !ok || o.owner != owner || !isKind(o, kind) {
+		s.mu.Unlock()
+		return errNotYours{kind, id}
+	}
+	delete(s.objs, id)
+	s.mu.Unlock()
+	return s.free(ctx, id, o)
+}
+
+func (s *Server) keepalive(owner string, ids []string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var gone []string
+	exp := time.Now().Add(s.o.LeaseTTL)
+	for _, id := range ids {
+		o, ok := s.objs[id]
+		if !ok || o.owner != owner {
+			gone = append(gone, id)
+			continue
+		}
+		o.expires = exp
+	}
+	return gone
+}
+
+// Identity is who a client certificate names: its subject CN and serial,
+// so two certificates with one CN from different issuances stay apart.
+func Identity(c *x509.Certificate) string {
+	return fmt.Sprintf("CN=%s serial=%s", c.Subject.CommonName, c.SerialNumber.Text(16))
+}
+
+// TLSConfig is the pool's server side: TLS 1.3, and a client certificate
+// signed by the client CA is required on every connection.
+func TLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading the pool's certificate (--tls-cert, --tls-key): %w", err)
+	}
+	pem, err := os.ReadFile(clientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the client CA (--client-ca): %w", err)
+	}
+	cas := x509.NewCertPool()
+	if !cas.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("the client CA %s holds no PEM certificate", clientCAFile)
+	}
+	return ServerTLS(cert, cas), nil
+}
+
+// ServerTLS is TLSConfig from loaded parts.
+func ServerTLS(cert tls.Certificate, clientCAs *x509.CertPool) *tls.Config {
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    clientCAs,
+	}
+}
+
+// AddProxy adopts a proxy started in this process as owner's, for
+// embedders and tests (the escape suite's test proxy): the pool's own API
+// only ever starts egress.Local proxies.
+func (s *Server) AddProxy(owner string, h egress.Handle) string {
+	return s.add("px", owner, &object{proxy: newProxy(h)})
+}
