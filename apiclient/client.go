@@ -281,3 +281,12 @@ func (c *Client) Follow(ctx context.Context, id string, every time.Duration, pro
 
 // Base is the server's URL, as given to New without a trailing slash.
 func (c *Client) Base() string { return c.base.String() }
+
+// Cancel asks the server to cancel a run: its pending trials are not
+// started and its running ones are stopped. (The EvalRun operator calls it
+// when an EvalRun is deleted.)
+func (c *Client) Cancel(ctx context.Context, id string) (api.Run, error) {
+	var run api.Run
+	_, err := c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/cancel", nil, &run)
+	return run, err
+}

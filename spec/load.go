@@ -101,7 +101,9 @@ type File struct {
 	// Dir is the directory that relative paths in the spec (dataset.path,
 	// script_file, recording.dir) are relative to.
 	Dir string
-	pos map[string]Pos
+	// Envelope is set when the file is an EvalRun (see envelope.go).
+	Envelope *Envelope
+	pos      map[string]Pos
 }
 
 // Pos returns the position of a field path such as "environment.checker.parser",
@@ -210,7 +212,12 @@ func Parse(name string, data []byte) (f *File, err error) {
 	}
 	d := &decoder{file: f, root: "the spec", anchors: map[string]ast.Node{}}
 	d.collectAnchors(body, 0)
-	v := d.decode(body, reflect.TypeFor[Spec](), "", 0)
+	// An EvalRun file (kubectl apply's form) holds the run spec under spec.
+	body, f.Envelope = d.unwrap(body)
+	var v any
+	if body != nil {
+		v = d.decode(body, reflect.TypeFor[Spec](), "", 0)
+	}
 	if err := d.errs.err(); err != nil {
 		return nil, err
 	}
@@ -225,6 +232,9 @@ func Parse(name string, data []byte) (f *File, err error) {
 		return nil, Errors{{File: name, Msg: fmt.Sprintf("decoding spec: %v", err)}}
 	}
 	f.Spec = s
+	if s.Name == "" && f.Envelope != nil && f.Envelope.Name != "" {
+		s.Name = f.Envelope.Name
+	}
 	if s.Name == "" && name != "" {
 		base := filepath.Base(name)
 		s.Name = strings.TrimSuffix(base, filepath.Ext(base))
