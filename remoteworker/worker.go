@@ -40,6 +40,8 @@ type Options struct {
 	// AllowUnsafeHost lets runs use the host rung (no sandbox) on this
 	// worker; the server must allow it too.
 	AllowUnsafeHost bool
+	// Metrics, when set, counts what the worker does (--metrics-listen).
+	Metrics *Metrics
 }
 
 // Run leases and runs trials until ctx ends.
@@ -62,8 +64,12 @@ func Run(ctx context.Context, o Options) error {
 		o.Dir = wd
 	}
 	red := &store.Redaction{}
+	var q engine.Queue = o.Client.Queue(red.JSON)
+	if o.Metrics != nil {
+		q = o.Metrics.queue(q)
+	}
 	w := &engine.Worker{
-		Queue:  o.Client.Queue(red.JSON),
+		Queue:  q,
 		Plans:  &plans{o: o, redact: red},
 		Name:   o.Name,
 		Slots:  o.Slots,

@@ -27,9 +27,11 @@ import (
 	"evals.si/store"
 )
 
-// Store is the store a server needs.
+// Store is the store a server needs: a whole backend, and its schema
+// version, which /readyz asks.
 type Store interface {
 	store.Backend
+	SchemaVersion(ctx context.Context) (int, error)
 }
 
 // Recorder loads a submitted spec's dataset and applies the record
@@ -45,6 +47,10 @@ type Options struct {
 	// Records loads datasets; relative paths resolve against DatasetsDir.
 	Records     Records
 	DatasetsDir string
+	// Datasets reads datasets_dir (Config.OpenDatasets; default: the
+	// directory DatasetsDir). A datasets_dir that is not on this machine
+	// (S3) is loaded from a copy of the files a spec names.
+	Datasets DatasetFiles
 	// LeaseTTL is the default lease (30s); MaxLeaseTTL caps what a worker
 	// may ask for (5m).
 	LeaseTTL    time.Duration
@@ -78,6 +84,7 @@ type Server struct {
 	o       Options
 	mux     *http.ServeMux
 	log     *slog.Logger
+	metrics *metrics
 }
 
 // Request body limits: a submitted spec (its inline records included), a
@@ -108,7 +115,10 @@ func New(o Options) (*Server, error) {
 	if o.MaxTrials <= 0 {
 		o.MaxTrials = 100000
 	}
+	o.Datasets, o.Records = datasetsOf(o)
 	s := &Server{o: o, mux: http.NewServeMux(), log: o.Logger, submits: make(chan struct{}, 2)}
+	s.metrics = newMetrics(o.Store, o.Logger)
+	s.o.Store = meteredStore{Store: o.Store, m: s.metrics}
 	s.routes()
 	return s, nil
 }
@@ -132,9 +142,9 @@ func (s *Server) table() []route {
 	}
 	return []route{
 		r("GET", api.PathOpenAPI, http.HandlerFunc(s.openAPI)),
-		r("GET", api.PathHealth, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-		})),
+		r("GET", api.PathHealth, http.HandlerFunc(s.healthz)),
+		r("GET", PathReady, http.HandlerFunc(s.readyz)),
+		r("GET", PathMetrics, s.metrics.handler(s.log)),
 
 		r("POST", "/v1/runs", s.authed(s.submit)),
 		r("GET", "/v1/runs", s.authed(s.listRuns)),
@@ -164,7 +174,7 @@ func (s *Server) Routes() []Route {
 }
 
 func (s *Server) routes() {
-	m := s.mux
+	m := instrumentedMux{s.mux, s.metrics}
 	for _, r := range s.table() {
 		m.Handle(r.Method+" "+r.Pattern, r.h)
 	}

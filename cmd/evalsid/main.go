@@ -26,8 +26,10 @@ const usage = `evalsid runs Evals.si's daemon roles.
 Usage:
   evalsid model-server --script SCRIPT.yaml [--listen 127.0.0.1:0] [--dump DIR]
   evalsid sandbox probe [--json]
+  evalsid sandboxd --listen ADDR --tls-cert FILE --tls-key FILE --client-ca FILE --state-dir DIR [--rung bwrap|landlock] [--health-listen ADDR]
+  evalsid operator [--kubeconfig FILE] [--metrics-listen :8080] [--health-listen :8081] [--leader-elect] [--namespace NS]
   evalsid serve --config server.yaml
-  evalsid worker --server URL [--name NAME] [--slots N] [--state-dir DIR] [--dir DIR]
+  evalsid worker --server URL [--config worker.yaml] [--sandbox-address HOST:PORT --sandbox-ca FILE --sandbox-cert FILE --sandbox-key FILE] [--name NAME] [--slots N] [--state-dir DIR] [--dir DIR]
 `
 
 func main() {
@@ -49,6 +51,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = modelServer(ctx, args[1:], stdout, stderr, logger)
 	case args[0] == "serve":
 		err = serve(ctx, args[1:], stdout, stderr, logger)
+	case args[0] == "operator":
+		err = operator(ctx, args[1:], stderr, logger)
+	case args[0] == "sandboxd":
+		err = sandboxd(ctx, args[1:], stderr, logger)
 	case args[0] == "worker":
 		err = worker(ctx, args[1:], stderr, logger)
 	case args[0] == "sandbox" && len(args) > 1 && args[1] == "probe":
