@@ -26,10 +26,10 @@ const usage = `evalsid runs Evals.si's daemon roles.
 Usage:
   evalsid model-server --script SCRIPT.yaml [--listen 127.0.0.1:0] [--dump DIR]
   evalsid sandbox probe [--json]
-  evalsid sandboxd --listen ADDR --tls-cert FILE --tls-key FILE --client-ca FILE --state-dir DIR [--rung bwrap|landlock] [--health-listen ADDR]
+  evalsid sandboxd --listen ADDR --tls-cert FILE --tls-key FILE --client-ca FILE --state-dir DIR [--rung bwrap|landlock|pod (--pod-namespace NS --pod-helper-image IMG ...)] [--allow-host HOST ...] [--health-listen ADDR]
   evalsid operator [--kubeconfig FILE] [--metrics-listen :8080] [--health-listen :8081] [--leader-elect] [--namespace NS]
   evalsid serve --config server.yaml
-  evalsid worker --server URL [--config worker.yaml] [--sandbox-address HOST:PORT --sandbox-ca FILE --sandbox-cert FILE --sandbox-key FILE] [--name NAME] [--slots N] [--state-dir DIR] [--dir DIR]
+  evalsid worker --server URL [--config worker.yaml] [--sandbox-address HOST:PORT --sandbox-ca FILE --sandbox-cert FILE --sandbox-key FILE] [--name NAME] [--slots N] [--state-dir DIR] [--dir DIR] [--metrics-listen ADDR]
 `
 
 func main() {
