@@ -404,8 +404,10 @@ func killAndResume(t *testing.T, bin, specPath string, total int) (killed, ref s
 		}
 		cmd.Stdout, cmd.Stderr = new(bytes.Buffer), new(bytes.Buffer)
 		_, before := w.finished(ctx)
-		// Kill somewhere in the next fifth of the run or so.
-		target := before + 5 + rng.IntN(total/5)
+		// Kill somewhere in the next fifth of the run or so, but never so
+		// near its end that the last trials (up to concurrency 4 at once)
+		// could finish and the run complete before the kill lands.
+		target := min(before+5+rng.IntN(total/5), total-5)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
