@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"debug/elf"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -167,9 +165,11 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 			}
 		}
 	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	s.id = hex.EncodeToString(b)
+	// The id is the hostname too: never 12 decimal digits, which glibc
+	// takes for an address (sandbox.NewHostname).
+	if s.id, err = sandbox.NewHostname(); err != nil {
+		return nil, fmt.Errorf("creating a bwrap sandbox: %w", err)
+	}
 
 	if s.state, s.ownState, err = sandbox.StateDir(cfg.StateDir, "bwrap"); err != nil {
 		return nil, err
