@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"sync"
 	"testing"
 
 	"evals.si/egress"
@@ -37,5 +38,41 @@ func TestPoolPolicyCeiling(t *testing.T) {
 	}
 	if _, err := poolPolicy(egress.Policy{AllowAll: true}, nil); err != nil {
 		t.Errorf("allow-all without a ceiling: %v", err)
+	}
+}
+
+// Places are reserved as they are granted: concurrent creates by one client
+// never pass MaxObjects together, a released place is free again, and
+// another client's count is its own.
+func TestRoomReservesPlaces(t *testing.T) {
+	s := &Server{o: Options{MaxObjects: 2}, objs: map[string]*object{}}
+	var mu sync.Mutex
+	var granted []func()
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if release, err := s.room("a"); err == nil {
+				mu.Lock()
+				granted = append(granted, release)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(granted) != 2 {
+		t.Fatalf("%d of 10 concurrent reservations granted, want MaxObjects 2", len(granted))
+	}
+	if _, err := s.room("b"); err != nil {
+		t.Errorf("another client refused: %v", err)
+	}
+	granted[0]()
+	granted[0]() // releasing twice frees one place only
+	if _, err := s.room("a"); err != nil {
+		t.Errorf("after a release: %v", err)
+	}
+	if _, err := s.room("a"); err == nil {
+		t.Errorf("a third place granted while two are held")
 	}
 }

@@ -235,9 +235,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, owner string) er
 	if err := readJSON(r, &req); err != nil {
 		return err
 	}
-	if err := s.room(owner); err != nil {
+	release, err := s.room(owner)
+	if err != nil {
 		return fmt.Errorf("creating a sandbox: %w", err)
 	}
+	defer release()
 	cfg, ids, err := s.config(r.Context(), owner, req)
 	if err != nil {
 		return fmt.Errorf("creating a sandbox: %w", err)
@@ -403,6 +405,11 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, owner string) 
 	if !ok {
 		return fmt.Errorf("snapshot: the %s sandbox cannot: %w", s.o.Rung.Name(), errors.ErrUnsupported)
 	}
+	release, err := s.room(owner)
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	defer release()
 	layer, err := snap.Snapshot(r.Context())
 	if err != nil {
 		return err
@@ -449,9 +456,11 @@ func (s *Server) startProxy(w http.ResponseWriter, r *http.Request, owner string
 	if err := readJSON(r, &req); err != nil {
 		return err
 	}
-	if err := s.room(owner); err != nil {
+	release, err := s.room(owner)
+	if err != nil {
 		return fmt.Errorf("starting an egress proxy: %w", err)
 	}
+	defer release()
 	pol, err := poolPolicy(req.Policy, s.o.AllowHosts)
 	if err != nil {
 		return fmt.Errorf("starting an egress proxy: %w", err)

@@ -81,7 +81,11 @@ type Server struct {
 	caps  wire.Capabilities
 	mu    sync.Mutex
 	objs  map[string]*object
-	done  chan struct{}
+	// pending counts, per client, the objects being made (room reserved
+	// them, add has not registered them yet), so concurrent creates cannot
+	// pass MaxObjects together.
+	pending map[string]int
+	done    chan struct{}
 	wg    sync.WaitGroup
 	close sync.Once
 }
@@ -254,20 +258,35 @@ func (s *Server) add(kind, owner string, o *object) string {
 	return id
 }
 
-// room refuses a new object when owner holds MaxObjects already.
-func (s *Server) room(owner string) error {
+// room reserves a place for one new object of owner's, refusing it when
+// owner holds (or is making) MaxObjects already; release gives the place
+// back once the object is registered with add, or was not made.
+func (s *Server) room(owner string) (release func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
+	n := s.pending[owner]
 	for _, o := range s.objs {
 		if o.owner == owner {
 			n++
 		}
 	}
 	if n >= s.o.MaxObjects {
-		return fmt.Errorf("this client holds %d sandboxes, snapshots and proxies, the pool's limit: close some first", n)
+		return nil, fmt.Errorf("this client holds %d sandboxes, snapshots and proxies, the pool's limit: close some first", n)
 	}
-	return nil
+	if s.pending == nil {
+		s.pending = map[string]int{}
+	}
+	s.pending[owner]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.pending[owner]--; s.pending[owner] <= 0 {
+				delete(s.pending, owner)
+			}
+		})
+	}, nil
 }
 
 // errNotYours is the one answer for an id that does not exist, expired,
