@@ -77,17 +77,17 @@ const (
 
 // Server is a running pool. Serve its Handler behind TLSConfig's listener.
 type Server struct {
-	o     Options
-	caps  wire.Capabilities
-	mu    sync.Mutex
-	objs  map[string]*object
+	o    Options
+	caps wire.Capabilities
+	mu   sync.Mutex
+	objs map[string]*object
 	// pending counts, per client, the objects being made (room reserved
 	// them, add has not registered them yet), so concurrent creates cannot
 	// pass MaxObjects together.
 	pending map[string]int
 	done    chan struct{}
-	wg    sync.WaitGroup
-	close sync.Once
+	wg      sync.WaitGroup
+	close   sync.Once
 }
 
 // object is one leased thing: exactly one of sb, snap and proxy is set.
