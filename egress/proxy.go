@@ -434,10 +434,25 @@ func (p *Proxy) decide(ctx context.Context, method, hostport string) decision {
 }
 
 // refuseOwnMachine decides an allowlisted attempt under RefuseOwnMachine:
-// only addresses off this machine are dialled, as with allow-all, so
-// neither a name, a literal nor "localhost" reaches it; names keep the DNS
-// rebinding guard of allowlist mode.
+// only addresses off this machine are dialled, as with allow-all, and
+// names keep the DNS rebinding guard of allowlist mode.
 func (p *Proxy) refuseOwnMachine(ctx context.Context, pol *activePolicy, d decision) decision {
+	return p.offMachine(ctx, d, !pol.allowPrivate, "the proxy's own machine is not reachable from a sandbox pool's sandboxes: ")
+}
+
+// decideAllowAll lets any destination through but the engine's own
+// machine.
+func (p *Proxy) decideAllowAll(ctx context.Context, d decision) decision {
+	return p.offMachine(ctx, d, false, "the engine's own machine is not reachable with network: allow: ")
+}
+
+// offMachine lets d through to the addresses of its host that are not on
+// this machine: a literal, "localhost" (always loopback), or a name
+// resolved here, so that only the addresses that passed are dialled and a
+// name cannot be re-pointed at loopback between the check and the
+// connection. guardNames also refuses a name's non-public addresses.
+// refusal prefixes the reason when nothing is left.
+func (p *Proxy) offMachine(ctx context.Context, d decision, guardNames bool, refusal string) decision {
 	d.ev.Allowed = false
 	ps := strconv.Itoa(d.ev.Port)
 	ip := net.ParseIP(d.ev.Host)
@@ -462,6 +477,8 @@ func (p *Proxy) refuseOwnMachine(ctx context.Context, pol *activePolicy, d decis
 	}
 	local, err := localAddrs()
 	if err != nil {
+		// Fail closed: without the machine's addresses, any of them
+		// could be the destination.
 		d.ev.Reason = "cannot tell this machine's addresses apart: " + err.Error()
 		d.code = http.StatusBadGateway
 		return d
@@ -472,61 +489,14 @@ func (p *Proxy) refuseOwnMachine(ctx context.Context, pol *activePolicy, d decis
 			refused = append(refused, a.String()+" ("+why+")")
 			continue
 		}
-		if ip == nil && !pol.allowPrivate && !isPublic(a) {
+		if ip == nil && guardNames && !isPublic(a) {
 			refused = append(refused, a.String()+" (non-public: DNS rebinding guard)")
 			continue
 		}
 		d.addrs = append(d.addrs, net.JoinHostPort(a.String(), ps))
 	}
 	if len(d.addrs) == 0 {
-		d.ev.Reason = "the proxy's own machine is not reachable from a sandbox pool's sandboxes: " + strings.Join(refused, ", ")
-		d.code = http.StatusForbidden
-		return d
-	}
-	d.ev.Allowed = true
-	return d
-}
-
-// decideAllowAll lets any destination through but the engine's own
-// machine. Names are resolved first and only the addresses that passed are
-// dialled, so a name cannot be re-pointed at loopback between the check
-// and the connection.
-func (p *Proxy) decideAllowAll(ctx context.Context, d decision) decision {
-	ps := strconv.Itoa(d.ev.Port)
-	var ips []net.IP
-	if ip := net.ParseIP(d.ev.Host); ip != nil {
-		ips = []net.IP{ip}
-	} else {
-		lctx, cancel := context.WithTimeout(ctx, p.policy.DialTimeout)
-		defer cancel()
-		found, err := p.resolver.LookupIPAddr(lctx, d.ev.Host)
-		if err != nil {
-			d.ev.Reason = "dns: " + err.Error()
-			d.code = http.StatusBadGateway
-			return d
-		}
-		for _, a := range found {
-			ips = append(ips, a.IP)
-		}
-	}
-	local, err := localAddrs()
-	if err != nil {
-		// Fail closed: without the machine's addresses, any of them
-		// could be the destination.
-		d.ev.Reason = "cannot tell this machine's addresses apart: " + err.Error()
-		d.code = http.StatusBadGateway
-		return d
-	}
-	var refused []string
-	for _, ip := range ips {
-		if why := ownMachine(ip, local); why != "" {
-			refused = append(refused, ip.String()+" ("+why+")")
-			continue
-		}
-		d.addrs = append(d.addrs, net.JoinHostPort(ip.String(), ps))
-	}
-	if len(d.addrs) == 0 {
-		d.ev.Reason = "the engine's own machine is not reachable with network: allow: " + strings.Join(refused, ", ")
+		d.ev.Reason = refusal + strings.Join(refused, ", ")
 		d.code = http.StatusForbidden
 		return d
 	}

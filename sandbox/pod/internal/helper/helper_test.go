@@ -3,6 +3,7 @@ package helper_test
 import (
 	"bytes"
 	"encoding/json"
+	"evals.si/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,7 +77,7 @@ func call(t *testing.T, bin string, req helper.Request, stdin string) outcome {
 
 func TestRun(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the helper switches users: it runs as root, as in a pod")
+		testenv.Missing(t, "root", "the helper switches users: it runs as root, as in a pod")
 	}
 	bin := buildHelper(t)
 	dir := t.TempDir()
