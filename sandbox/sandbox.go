@@ -75,7 +75,18 @@ type ExecRequest struct {
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// OutputLimit caps stdout and stderr each (0: DefaultOutputLimit).
 	OutputLimit int `json:"output_limit,omitempty"`
+	// Output, when set, is given the command's output while it runs, in
+	// order per stream. What it is given is always a prefix of that
+	// stream in the result (never past the output limit), so a rung that
+	// streams less, or nothing, loses nothing: the caller takes the rest
+	// from the result. It must not keep p, and is not called after Exec
+	// returns. It is never sent over a wire.
+	Output OutputFunc `json:"-"`
 }
+
+// OutputFunc receives a piece of a command's stdout (stderr false) or
+// stderr as it is produced.
+type OutputFunc func(stderr bool, p []byte)
 
 // Service is a process StartService started.
 type Service interface {
