@@ -662,7 +662,11 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	argv, env := s.command(req.Argv, env, false)
 	m := execserver.ExecMsg{Argv: argv, Env: env, Dir: cwd, Stdin: req.Stdin, Limit: limit, Join: cg != nil}
 	s.setUser(&m, req)
-	c, err := srv.start(m, limit)
+	// Stopped before Exec returns, whichever way: the hook is never
+	// called after.
+	out := sandbox.NewOutputStream(limit, req.Output)
+	defer out.Stop()
+	c, err := srv.start(m, out)
 	if err != nil {
 		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
 	}
@@ -766,11 +770,12 @@ wait:
 	case <-srv.dead:
 		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", srv.deadErr)
 	}
+	stdout, stderr := out.Bytes()
 	res := sandbox.ExecResult{
 		ExitCode:  ex.Code,
-		Stdout:    c.stdout.Bytes(),
-		Stderr:    c.stderr.Bytes(),
-		Truncated: done.TruncatedStdout || done.TruncatedStderr || c.stdout.Truncated() || c.stderr.Truncated(),
+		Stdout:    stdout,
+		Stderr:    stderr,
+		Truncated: done.TruncatedStdout || done.TruncatedStderr || out.Truncated(),
 		TimedOut:  timedOut,
 		Duration:  time.Since(start),
 	}

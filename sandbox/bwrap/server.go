@@ -54,12 +54,14 @@ type execServer struct {
 
 // call is one command's state on the host.
 type call struct {
-	id             uint32
-	stdout, stderr *sandbox.CappedBuffer
-	join           chan int
-	started        chan struct{}
-	exit           chan execserver.ExitMsg
-	done           chan execserver.DoneMsg
+	id uint32
+	// out keeps a command's stdout and stderr and gives them to its
+	// request's Output hook as they come (nil for other calls).
+	out     *sandbox.OutputStream
+	join    chan int
+	started chan struct{}
+	exit    chan execserver.ExitMsg
+	done    chan execserver.DoneMsg
 	// file answers a file operation's call.
 	file chan execserver.FileResult
 	// service, for a service's call, takes its output (both streams).
@@ -376,10 +378,16 @@ func (srv *execServer) read(r *os.File) {
 			continue
 		}
 		switch kind {
+		// Never blocks on the hook (the stream delivers from a goroutine
+		// of its own), so one slow consumer stalls no other call.
 		case execserver.FrameStdout:
-			c.stdout.Write(p)
+			if c.out != nil {
+				c.out.Stdout().Write(p)
+			}
 		case execserver.FrameStderr:
-			c.stderr.Write(p)
+			if c.out != nil {
+				c.out.Stderr().Write(p)
+			}
 		case execserver.FrameJoin:
 			var m execserver.JoinMsg
 			if m.Unmarshal(p) == nil {
@@ -428,9 +436,10 @@ func (srv *execServer) send(kind byte, id uint32, payload []byte) error {
 	return nil
 }
 
-// start sends a command to the server.
-func (srv *execServer) start(m execserver.ExecMsg, limit int) (*call, error) {
-	c := &call{stdout: sandbox.NewCappedBuffer(limit), stderr: sandbox.NewCappedBuffer(limit),
+// start sends a command to the server; its output goes to out, which the
+// caller stops before its Exec returns.
+func (srv *execServer) start(m execserver.ExecMsg, out *sandbox.OutputStream) (*call, error) {
+	c := &call{out: out,
 		join: make(chan int, 1), started: make(chan struct{}), exit: make(chan execserver.ExitMsg, 1), done: make(chan execserver.DoneMsg, 1)}
 	return c, srv.call(c, execserver.FrameExec, m.Marshal())
 }

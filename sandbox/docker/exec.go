@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -66,10 +65,13 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		hj.Conn.Write(req.Stdin)
 		hj.CloseWrite()
 	}()
-	stdout, stderr := &capped{limit: limit}, &capped{limit: limit}
+	// Gives req.Output the attached output live; stopped before Exec
+	// returns, so the hook is never called after.
+	out := sandbox.NewOutputStream(limit, req.Output)
+	defer out.Stop()
 	copied := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(stdout, stderr, hj.Reader)
+		_, err := stdcopy.StdCopy(out.Stdout(), out.Stderr(), hj.Reader)
 		copied <- err
 	}()
 
@@ -109,8 +111,8 @@ wait:
 		}
 	}
 	res.Duration = time.Since(start)
-	res.Stdout, res.Stderr = stdout.buf.Bytes(), stderr.buf.Bytes()
-	res.Truncated = stdout.truncated || stderr.truncated
+	res.Stdout, res.Stderr = out.Bytes()
+	res.Truncated = out.Truncated()
 
 	in, err := s.inspectExited(ctx, created.ID)
 	if err != nil {
@@ -327,27 +329,4 @@ func (s *Sandbox) helper(ctx context.Context, user string, argv []string) (strin
 	}
 	in, err := s.inspectExited(ctx, created.ID)
 	return out.String(), in, err
-}
-
-// capped keeps the first limit bytes written to it.
-type capped struct {
-	mu        sync.Mutex
-	limit     int
-	buf       bytes.Buffer
-	truncated bool
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	room := c.limit - c.buf.Len()
-	if room < len(p) {
-		c.truncated = true
-		if room > 0 {
-			c.buf.Write(p[:room])
-		}
-		return len(p), nil
-	}
-	c.buf.Write(p)
-	return len(p), nil
 }

@@ -212,7 +212,10 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
 	limit := sandbox.OutputLimit(req)
-	stdout, stderr := sandbox.NewCappedBuffer(limit), sandbox.NewCappedBuffer(limit)
+	// Gives req.Output the pipes' output live; stopped before Exec
+	// returns, so the hook is never called after.
+	out := sandbox.NewOutputStream(limit, req.Output)
+	defer out.Stop()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		outR.Close()
@@ -227,7 +230,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	for _, p := range []struct {
 		r *os.File
 		w io.Writer
-	}{{outR, stdout}, {errR, stderr}} {
+	}{{outR, out.Stdout()}, {errR, out.Stderr()}} {
 		copies.Add(1)
 		go func() {
 			defer copies.Done()
@@ -271,7 +274,8 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	outR.Close()
 	errR.Close()
 
-	res := sandbox.ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Truncated: stdout.Truncated() || stderr.Truncated(),
+	stdout, stderr := out.Bytes()
+	res := sandbox.ExecResult{Stdout: stdout, Stderr: stderr, Truncated: out.Truncated(),
 		TimedOut: timedOut, Duration: time.Since(start)}
 	var ee *exec.ExitError
 	switch {

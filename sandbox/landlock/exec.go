@@ -150,7 +150,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	if err != nil {
 		return sandbox.ExecResult{}, fmt.Errorf("landlock exec: %w", err)
 	}
-	res, err := s.runLauncher(ctx, sp, cg, req.Stdin, timeout, limit)
+	res, err := s.runLauncher(ctx, sp, cg, req.Stdin, timeout, limit, req.Output)
 	if err == nil && s.disk != nil {
 		if full, detail, ferr := s.disk.Full(); ferr == nil && full {
 			res.Denials = append(res.Denials, sandbox.Denial{Kind: "disk", Detail: detail})
@@ -477,13 +477,15 @@ func (l *launched) finishOutput(d time.Duration) {
 	}
 }
 
-// runLauncher runs a command (or file operation) to its end.
-func (s *Sandbox) runLauncher(ctx context.Context, sp spec, cg *limits.Cgroup, stdin []byte, timeout time.Duration, limit int) (sandbox.ExecResult, error) {
+// runLauncher runs a command (or file operation) to its end, giving its
+// output to output (nil: none) as the pipes deliver it.
+func (s *Sandbox) runLauncher(ctx context.Context, sp spec, cg *limits.Cgroup, stdin []byte, timeout time.Duration, limit int, output sandbox.OutputFunc) (sandbox.ExecResult, error) {
 	var res sandbox.ExecResult
-	stdout := sandbox.NewCappedBuffer(limit)
-	stderr := sandbox.NewCappedBuffer(limit)
+	out := sandbox.NewOutputStream(limit, output)
+	// Before any return: the hook is never called after Exec returns.
+	defer out.Stop()
 	start := time.Now()
-	l, err := s.launch(ctx, sp, cg, stdin, stdout, stderr)
+	l, err := s.launch(ctx, sp, cg, stdin, out.Stdout(), out.Stderr())
 	if err != nil {
 		return res, fmt.Errorf("landlock exec: %w", err)
 	}
@@ -521,8 +523,8 @@ loop:
 	l.finishOutput(10 * time.Second)
 	l.waitExit(10 * time.Second)
 	res.Duration = time.Since(start)
-	res.Stdout, res.Stderr = stdout.Bytes(), stderr.Bytes()
-	res.Truncated = stdout.Truncated() || stderr.Truncated()
+	res.Stdout, res.Stderr = out.Bytes()
+	res.Truncated = out.Truncated()
 
 	if !gotStatus {
 		if ctx.Err() != nil {

@@ -149,7 +149,7 @@ func (s *Sandbox) fileInSandbox(ctx context.Context, op fileOp, data []byte) ([]
 	defer s.execMu.Unlock()
 	sp := s.baseSpec()
 	sp.File = &op
-	res, err := s.runLauncher(ctx, sp, nil, data, time.Minute, sandbox.MaxReadFile)
+	res, err := s.runLauncher(ctx, sp, nil, data, time.Minute, sandbox.MaxReadFile, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,9 @@ func suiteOptions() sandboxtest.Options {
 		Uncontained: map[string]string{},
 		NotRun:      map[string]string{},
 	}
+	// Commands and file operations each run in a launcher, one at a time
+	// (execMu: they mount the same overlay upper directory).
+	o.Gaps[sandboxtest.CapFilesDuringExec] = "file operations wait for the running command: every launcher mounts the sandbox's one overlay upper directory, so they run one at a time"
 	// Users are added to an image's /etc as a Dockerfile's useradd would;
 	// without an image /etc is the host's, read-only.
 	o.Users = func(t *testing.T, c *sandbox.Config) { c.Root = debianRoot(t) }

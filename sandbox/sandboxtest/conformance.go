@@ -1,6 +1,7 @@
 package sandboxtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,6 +157,103 @@ func Conformance(t *testing.T, newRung func(t *testing.T) sandbox.Rung, o Option
 		if res.ExitCode != 0 {
 			t.Errorf("a capped command must still run to completion, exit %d", res.ExitCode)
 		}
+	})
+
+	t.Run("OutputStreams", func(t *testing.T) {
+		o.gap(t, CapOutputStream)
+		sb := create(t, newRung(t), newConfig(t, o, nil))
+		// Each case's command waits for something only the hook can
+		// cause once it is given "first": if the rung did not give out
+		// output while the command ran, the command runs to its timeout.
+		cases := []struct {
+			name string
+			// gap skips the case when the rung declares it.
+			gap    string
+			script string
+			limit  int
+			// onFirst is what the hook does once it has "first\n".
+			onFirst func(cancel context.CancelFunc) error
+			check   func(t *testing.T, res sandbox.ExecResult, err error, got *outputLog)
+		}{
+			{
+				name: "until the hook writes a file", gap: CapFilesDuringExec,
+				script: "echo first; while [ ! -e stream-go ]; do sleep 0.05; done; echo second",
+				onFirst: func(context.CancelFunc) error {
+					return sb.WriteFile(t.Context(), "stream-go", []byte("go"), 0o644)
+				},
+				check: func(t *testing.T, res sandbox.ExecResult, err error, got *outputLog) {
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.TimedOut {
+						t.Fatalf("the command waited until its timeout for the file the Output hook writes once it is given \"first\" (by the end it had been given %q): the rung does not give out output while the command runs (declare sandboxtest.CapOutputStream if it cannot)", got.stdout())
+					}
+					if res.ExitCode != 0 || string(res.Stdout) != "first\nsecond\n" {
+						t.Errorf("exit %d stdout %q; want 0, \"first\\nsecond\\n\"", res.ExitCode, res.Stdout)
+					}
+				},
+			},
+			{
+				name:   "until the hook cancels",
+				script: "echo first; sleep 40; echo second",
+				onFirst: func(cancel context.CancelFunc) error {
+					cancel()
+					return nil
+				},
+				check: func(t *testing.T, res sandbox.ExecResult, err error, got *outputLog) {
+					if err == nil && res.TimedOut {
+						t.Fatalf("the command ran to its timeout although the Output hook cancels it once it is given \"first\" (by the end it had been given %q): the rung does not give out output while the command runs (declare sandboxtest.CapOutputStream if it cannot)", got.stdout())
+					}
+					if err == nil {
+						t.Errorf("Exec cancelled from the hook returned no error (exit %d, stdout %q)", res.ExitCode, res.Stdout)
+					}
+				},
+			},
+			{
+				name:   "never past the limit",
+				script: "echo first; head -c 300000 /dev/zero | tr '\\0' a; head -c 5000 /dev/zero | tr '\\0' b >&2",
+				limit:  1000,
+				check: func(t *testing.T, res sandbox.ExecResult, err error, got *outputLog) {
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(res.Stdout) != 1000 || len(res.Stderr) != 1000 || !res.Truncated {
+						t.Errorf("stdout %d bytes stderr %d truncated %v; want 1000, 1000, true", len(res.Stdout), len(res.Stderr), res.Truncated)
+					}
+				},
+			},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				if why, gap := o.Gaps[tc.gap]; gap {
+					t.Skipf("rung declares %s: %s", tc.gap, why)
+				}
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				got := &outputLog{}
+				acted := make(chan error, 1)
+				got.onFirst = func() {
+					if tc.onFirst == nil {
+						return
+					}
+					// Not in the hook: a file operation may go through
+					// the same rung machinery as the command's output.
+					go func() { acted <- tc.onFirst(cancel) }()
+				}
+				res, err := sb.Exec(ctx, sandbox.ExecRequest{
+					Argv: []string{"sh", "-c", tc.script}, Timeout: 20 * time.Second, OutputLimit: tc.limit, Output: got.hook,
+				})
+				got.returned.Store(true)
+				if got.fired.Load() && tc.onFirst != nil {
+					if aerr := <-acted; aerr != nil {
+						t.Errorf("the hook's action once given \"first\": %v", aerr)
+					}
+				}
+				tc.check(t, res, err, got)
+				got.checkContract(t, res, err)
+			})
+		}
+		mustSh(t, sb, "true") // the sandbox still works
 	})
 
 	t.Run("Timeout", func(t *testing.T) {
@@ -308,6 +408,71 @@ while True:
 			t.Errorf("Exec after Close must fail")
 		}
 	})
+}
+
+// outputLog is an ExecRequest.Output hook that keeps what it is given and
+// notes breaches of the hook's contract: a call while another runs, or
+// after Exec returned.
+type outputLog struct {
+	mu       sync.Mutex
+	got      [2][]byte
+	inFlight atomic.Int32
+	// concurrent, late: calls made while another ran, after Exec returned.
+	concurrent, late atomic.Int32
+	returned         atomic.Bool
+	// fired is set, and onFirst called, when stdout first holds "first\n".
+	fired   atomic.Bool
+	onFirst func()
+}
+
+func (l *outputLog) hook(stderr bool, p []byte) {
+	if l.returned.Load() {
+		l.late.Add(1)
+	}
+	if l.inFlight.Add(1) > 1 {
+		l.concurrent.Add(1)
+	}
+	defer l.inFlight.Add(-1)
+	i := 0
+	if stderr {
+		i = 1
+	}
+	l.mu.Lock()
+	l.got[i] = append(l.got[i], p...)
+	first := bytes.HasPrefix(l.got[0], []byte("first\n"))
+	l.mu.Unlock()
+	if first && !l.fired.Swap(true) && l.onFirst != nil {
+		l.onFirst()
+	}
+}
+
+func (l *outputLog) stdout() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return bytes.Clone(l.got[0])
+}
+
+// checkContract checks what ExecRequest.Output promises: what the hook got
+// is a prefix of each stream of the result (so never past its limit), from
+// one call at a time, none after Exec returned.
+func (l *outputLog) checkContract(t *testing.T, res sandbox.ExecResult, err error) {
+	t.Helper()
+	l.mu.Lock()
+	got := l.got
+	l.mu.Unlock()
+	if err == nil {
+		for i, stream := range [][]byte{res.Stdout, res.Stderr} {
+			if !bytes.HasPrefix(stream, got[i]) {
+				t.Errorf("the Output hook was given %q on %s, not a prefix of the result's %q", short(got[i]), []string{"stdout", "stderr"}[i], short(stream))
+			}
+		}
+	}
+	if n := l.concurrent.Load(); n > 0 {
+		t.Errorf("the Output hook was called %d time(s) while another call of it ran", n)
+	}
+	if n := l.late.Load(); n > 0 {
+		t.Errorf("the Output hook was called %d time(s) after Exec returned", n)
+	}
 }
 
 // assertStopped checks that nothing keeps appending to file in the workdir

@@ -47,6 +47,14 @@ const (
 	// CapEtcFiles: the sandbox has no /etc/hosts, /etc/hostname and
 	// /etc/resolv.conf of its own as Docker writes them (EtcFiles).
 	CapEtcFiles = "etc-files"
+	// CapOutputStream: ExecRequest.Output is given nothing while the
+	// command runs (the contract allows it: the output comes in the
+	// result); the OutputStreams subtest.
+	CapOutputStream = "output-stream"
+	// CapFilesDuringExec: ReadFile and WriteFile wait for a running
+	// command, so OutputStreams proves the output live by cancelling the
+	// command from the hook instead of by a file the hook writes.
+	CapFilesDuringExec = "files-during-exec"
 )
 
 // Options tune the suites for one rung.

@@ -38,6 +38,7 @@ func suiteOptions() sandboxtest.Options {
 			sandboxtest.CapService:      "each command boots a fresh VM, so no process outlives its command (StartService is unsupported)",
 			sandboxtest.CapExecUser:     "commands run as the VM's root; ExecRequest.User is not passed to smolvm",
 			sandboxtest.CapEtcFiles:     "the guest's /etc is the image's; smolvm writes no per-sandbox hosts, hostname or resolv.conf",
+			sandboxtest.CapOutputStream: "the command's output is written to files in the VM and read when the VM ends, not streamed",
 		},
 		NotRun: map[string]string{
 			sandboxtest.RowUserToRoot:      "commands cannot run as another user on the smolvm rung",
