@@ -39,6 +39,7 @@ func (l Local) StartProxy(ctx context.Context, pol Policy, onEvent func(Event)) 
 		pol.SocketDir = l.SocketDir
 	}
 	p := New(pol, l.Logger, onEvent)
+	p.unixOnly = true
 	if err := p.Start(ctx); err != nil {
 		return nil, fmt.Errorf("starting egress proxy: %w", err)
 	}
@@ -46,7 +47,7 @@ func (l Local) StartProxy(ctx context.Context, pol Policy, onEvent func(Event)) 
 }
 
 // localHandle names the proxy by its unix socket, which every rung can
-// bring into a sandbox (Proxy.Addr is its loopback TCP address).
+// bring into a sandbox; it has no loopback TCP address.
 type localHandle struct{ p *Proxy }
 
 func (h localHandle) Addr() string               { return h.p.UnixAddr() }

@@ -18,22 +18,30 @@ type Policy struct {
 	// ("127.0.0.1:8000", "[::1]:8000"). Everything else is refused.
 	AllowHosts []string `json:"allow_hosts,omitempty"`
 	// AllowPrivate lets allowed host names resolve to loopback, private or
-	// link-local addresses. Off by default: a public name that resolves to
-	// 127.0.0.1 (DNS rebinding) must not reach services on the engine's
-	// host. Allowed IP literals and "localhost" are always taken at their
-	// word, since naming them is explicit.
+	// link-local addresses (any address NonPublic names), and under
+	// AllowAll or RefuseOwnMachine lets private networks through. Off by
+	// default: a public name that resolves to 127.0.0.1 (DNS rebinding)
+	// must not reach services on the engine's host. Allowed IP literals and
+	// "localhost" are taken at their word, since naming them is explicit,
+	// except under RefuseOwnMachine.
 	AllowPrivate bool `json:"allow_private,omitempty"`
 	// AllowAll is network: allow through the proxy: every host:port gets
 	// through except destinations on the engine's own machine (loopback,
-	// link-local, unspecified, and the addresses of its own interfaces),
-	// checked on the addresses a name resolves to, which are the ones
-	// dialled. AllowHosts is ignored. Every attempt is still reported.
+	// link-local, unspecified, and the addresses of its own interfaces) and
+	// on private networks (RFC 1918, CGNAT 100.64.0.0/10, unique local
+	// IPv6, and every other range NonPublic names but those reserved for
+	// tests and documentation; NAT64, 6to4 and IPv4-mapped addresses by the
+	// IPv4 address they carry), checked on the addresses a name resolves
+	// to, which are the ones dialled. The engine's machine and its network
+	// are not the agent's: reach a private host with an allowlist naming
+	// its address. AllowHosts is ignored. Every attempt is still reported.
 	AllowAll bool `json:"allow_all,omitempty"`
 	// RefuseOwnMachine refuses, in allowlist mode too, every destination
-	// on the proxy's own machine, as AllowAll does: an allowed name or
-	// literal that is one of its addresses is refused. A sandbox pool sets
-	// it, since its machine (other clients' proxies, its own services) is
-	// no client's to allow.
+	// on the proxy's own machine and on private networks, as AllowAll
+	// does: an allowed name or literal that is one of its addresses, or a
+	// private network's, is refused. A sandbox pool sets it, since its
+	// machine (other clients' proxies, its own services) and its network
+	// are no client's to allow.
 	RefuseOwnMachine bool `json:"refuse_own_machine,omitempty"`
 	// SocketDir is where the proxy makes a directory of its own holding
 	// its unix socket (egress.sock), so proxies sharing SocketDir never

@@ -14,10 +14,11 @@
 // host:port can carry any protocol; it never follows redirects (the client
 // sees them and must ask again, through the policy); names of refused hosts
 // are never resolved. In allow-all mode every destination but the engine's
-// own machine gets through (see Policy.AllowAll). Against DNS rebinding it refuses allowed names that
-// resolve to loopback, private or link-local addresses (unless
-// Policy.AllowPrivate) and dials the very addresses it checked; it does not
-// check certificates or SNI, which would need TLS interception.
+// own machine and private networks gets through (see Policy.AllowAll).
+// Against DNS rebinding it refuses allowed names that resolve to an address
+// that is not the public internet (NonPublic; unless Policy.AllowPrivate)
+// and dials the very addresses it checked; it does not check certificates
+// or SNI, which would need TLS interception.
 package egress
 
 import (
@@ -68,9 +69,15 @@ type Proxy struct {
 	resolver  *net.Resolver
 	tcpLn     net.Listener
 	unixLn    net.Listener
-	sockDir   string
-	ownsDir   bool
-	stopCtx   func() bool
+	// unixOnly: no loopback TCP listener. Local's proxies are reached by
+	// their unix socket alone, which only the sandbox it is bound into
+	// sees; a TCP port on loopback would let any process of the machine
+	// (another trial's sandbox sharing its network) use this trial's
+	// policy.
+	unixOnly bool
+	sockDir  string
+	ownsDir  bool
+	stopCtx  func() bool
 
 	mu      sync.Mutex
 	started bool
@@ -209,26 +216,38 @@ func (p *Proxy) Start(ctx context.Context) error {
 	p.ownsDir = true
 	sock := filepath.Join(p.sockDir, "egress.sock")
 	var lc net.ListenConfig
-	tcpLn, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		p.cleanupDir()
-		return fmt.Errorf("starting egress proxy: %w", err)
+	var tcpLn net.Listener
+	closeTCP := func() {
+		if tcpLn != nil {
+			tcpLn.Close()
+		}
+	}
+	if !p.unixOnly {
+		if tcpLn, err = lc.Listen(ctx, "tcp", "127.0.0.1:0"); err != nil {
+			p.cleanupDir()
+			return fmt.Errorf("starting egress proxy: %w", err)
+		}
 	}
 	unixLn, err := lc.Listen(ctx, "unix", sock)
 	if err != nil {
-		tcpLn.Close()
+		closeTCP()
 		p.cleanupDir()
 		return fmt.Errorf("starting egress proxy: unix socket %s: %w", sock, err)
 	}
 	if err := os.Chmod(sock, 0o666); err != nil {
-		tcpLn.Close()
+		closeTCP()
 		unixLn.Close()
 		p.cleanupDir()
 		return fmt.Errorf("starting egress proxy: %w", err)
 	}
 	sem := make(chan struct{}, p.policy.MaxConns)
-	p.tcpLn = &limitListener{Listener: tcpLn, sem: sem, done: p.done}
+	listeners := []net.Listener{}
+	if tcpLn != nil {
+		p.tcpLn = &limitListener{Listener: tcpLn, sem: sem, done: p.done}
+		listeners = append(listeners, p.tcpLn)
+	}
 	p.unixLn = &limitListener{Listener: unixLn, sem: sem, done: p.done}
+	listeners = append(listeners, p.unixLn)
 
 	p.transport = &http.Transport{
 		Proxy:                  nil, // never chain to the engine's own proxy
@@ -257,7 +276,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
 	}
-	for _, ln := range []net.Listener{p.tcpLn, p.unixLn} {
+	for _, ln := range listeners {
 		p.serving.Add(1)
 		go func() {
 			defer p.serving.Done()
@@ -437,21 +456,23 @@ func (p *Proxy) decide(ctx context.Context, method, hostport string) decision {
 // only addresses off this machine are dialled, as with allow-all, and
 // names keep the DNS rebinding guard of allowlist mode.
 func (p *Proxy) refuseOwnMachine(ctx context.Context, pol *activePolicy, d decision) decision {
-	return p.offMachine(ctx, d, !pol.allowPrivate, "the proxy's own machine is not reachable from a sandbox pool's sandboxes: ")
+	return p.offMachine(ctx, d, !pol.allowPrivate, "the proxy's own machine and private networks are not reachable from a sandbox pool's sandboxes: ")
 }
 
 // decideAllowAll lets any destination through but the engine's own
-// machine.
+// machine and private networks.
 func (p *Proxy) decideAllowAll(ctx context.Context, d decision) decision {
-	return p.offMachine(ctx, d, false, "the engine's own machine is not reachable with network: allow: ")
+	return p.offMachine(ctx, d, false, "the engine's own machine and private networks are not reachable with network: allow: ")
 }
 
 // offMachine lets d through to the addresses of its host that are not on
 // this machine: a literal, "localhost" (always loopback), or a name
 // resolved here, so that only the addresses that passed are dialled and a
 // name cannot be re-pointed at loopback between the check and the
-// connection. guardNames also refuses a name's non-public addresses.
-// refusal prefixes the reason when nothing is left.
+// connection. Addresses on a private network (privateNetwork) are refused
+// too unless the policy allows private addresses, and guardNames also
+// refuses a name's non-public addresses. refusal prefixes the reason when
+// nothing is left.
 func (p *Proxy) offMachine(ctx context.Context, d decision, guardNames bool, refusal string) decision {
 	d.ev.Allowed = false
 	ps := strconv.Itoa(d.ev.Port)
@@ -486,6 +507,13 @@ func (p *Proxy) offMachine(ctx context.Context, d decision, guardNames bool, ref
 	var refused []string
 	for _, a := range ips {
 		if why := ownMachine(a, local); why != "" {
+			refused = append(refused, a.String()+" ("+why+")")
+			continue
+		}
+		// Another machine's address on a private network (the pool's or
+		// worker's VPC, a cluster's services, CGNAT metadata endpoints) is
+		// no sandbox's to reach by literal or by name.
+		if why := privateNetwork(addrOf(a)); why != "" && !d.pol.allowPrivate {
 			refused = append(refused, a.String()+" ("+why+")")
 			continue
 		}
@@ -553,10 +581,10 @@ func localAddrs() ([]net.IP, error) {
 	return out, nil
 }
 
-// isPublic reports whether ip is a global unicast address outside the
-// private, loopback, link-local and unspecified ranges.
+// isPublic reports whether ip is an address of the public internet (see
+// NonPublic).
 func isPublic(ip net.IP) bool {
-	return ip.IsGlobalUnicast() && !ip.IsPrivate() && !ip.IsLoopback() && !ip.IsLinkLocalUnicast()
+	return NonPublic(addrOf(ip)) == ""
 }
 
 // report logs and reports one attempt.

@@ -92,6 +92,23 @@ func parseRegistryRef(ref string) (name.Reference, error) {
 	return n, nil
 }
 
+// RegistryOf is the registry a reference's image is pulled from, as this
+// package parses it (docker's normalisation: ubuntu → index.docker.io):
+// host[:port], reached over HTTPS (port 443 when it names none), or for a
+// loopback registry over plain HTTP too (port 80). It is "" for local
+// references (oci-layout:, docker-archive:, dir:), and does not apply a
+// store's mirrors.
+func RegistryOf(ref string) (string, error) {
+	if IsLocal(ref) {
+		return "", nil
+	}
+	n, err := parseRegistryRef(ref)
+	if err != nil {
+		return "", err
+	}
+	return n.Context().RegistryStr(), nil
+}
+
 // parseOCILayout parses PATH[:tag|@digest].
 func parseOCILayout(s string) (parsedRef, error) {
 	r := parsedRef{kind: kindOCILayout}

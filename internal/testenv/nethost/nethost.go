@@ -27,7 +27,8 @@ import (
 
 // Host is a test host in its own network namespace.
 type Host struct {
-	// Addr is its listener, "198.18.X.2:PORT"; Body is what it serves.
+	// Addr is its listener, "198.18.X.Y:PORT" (NewSharedSpace:
+	// "100.64.X.Y:PORT"); Body is what it serves.
 	Addr  string
 	Body  string
 	hits  atomic.Int64
@@ -48,6 +49,22 @@ func New(t testing.TB) *Host { return NewHandler(t, nil) }
 // Body (nil: Body).
 func NewHandler(t testing.TB, handler http.Handler) *Host {
 	t.Helper()
+	return newHost(t, handler, "198.18")
+}
+
+// NewSharedSpace is New with the veth pair in 100.64.0.0/10, the shared
+// address space (RFC 6598) of carrier-grade NAT and of cloud providers'
+// internal services: a host that network: allow must refuse, as it would
+// a metadata endpoint or another machine of the cluster's network.
+func NewSharedSpace(t testing.TB) *Host {
+	t.Helper()
+	return newHost(t, nil, "100.64")
+}
+
+// newHost makes a host whose veth pair is a /30 of net16 (the first two
+// octets), from a random id.
+func newHost(t testing.TB, handler http.Handler, net16 string) *Host {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.Missing(t, "test network namespace", "making one needs root")
 	}
@@ -58,9 +75,9 @@ func NewHandler(t testing.TB, handler http.Handler) *Host {
 	rand.Read(b)
 	id := hex.EncodeToString(b)
 	ns, hostIf, peerIf := "evalsi-th-"+id, "evth"+id, "evtp"+id
-	// One /30 of 198.18.0.0/15 per host, from the random id.
+	// One /30 per host, from the random id.
 	third := int(b[0])%254 + 1
-	hostIP, peerIP := fmt.Sprintf("198.18.%d.%d", third, 4*(int(b[1])%63)+1), ""
+	hostIP, peerIP := fmt.Sprintf("%s.%d.%d", net16, third, 4*(int(b[1])%63)+1), ""
 	{
 		ip := net.ParseIP(hostIP).To4()
 		peerIP = net.IPv4(ip[0], ip[1], ip[2], ip[3]+1).String()
