@@ -88,7 +88,7 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 	outputLimit := r.Caps.CommandOutputBytes()
 	// Setup commands run inside Prepare, and in NewSandbox when the rung
 	// cannot snapshot.
-	setup := environment.SetupOptions{OutputLimit: outputLimit}
+	setup := environment.SetupOptions{OutputLimit: outputLimit, Run: tc.RunID}
 	prepStart := time.Now()
 	prep, err := r.Envs.Prepare(ctx, env, setup)
 	m.lifecycleSince(prepStart)

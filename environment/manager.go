@@ -253,6 +253,8 @@ type SetupOptions struct {
 	// OutputLimit caps each of stdout and stderr of a setup command (the
 	// run's caps.command_output_kb; 0: the sandbox's default).
 	OutputLimit int
+	// Run is the run the sandboxes are for (sandbox.Config.Run).
+	Run string
 }
 
 // Prepare resolves, selects and sets up env, once per setup identity and
@@ -371,7 +373,9 @@ func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment,
 	if len(env.Files) == 0 && len(env.Setup) == 0 {
 		return p, nil
 	}
-	sb, closeSetup, err := m.setupSandbox(ctx, rung, p.setupConfig(pol))
+	cfg := p.setupConfig(pol)
+	cfg.Run = opts.Run // the run whose trial asked first
+	sb, closeSetup, err := m.setupSandbox(ctx, rung, cfg)
 	if err != nil {
 		return nil, &InfraError{Phase: "setup", Err: err}
 	}
@@ -517,6 +521,7 @@ func (p *Prepared) NewSandbox(ctx context.Context, env *spec.Environment, pol sa
 		cfg.Env[k] = v
 	}
 	cfg.ReadOnlyRoot = sp.ReadOnlyRoot
+	cfg.Run = opts.Run
 	cfg.CommandTimeout = env.CommandTimeout.D()
 	cfg.Limits = sandbox.Limits{
 		MemoryMB:   sp.MemoryMB,

@@ -16,7 +16,10 @@ const (
 	RungBwrap       = "bwrap"
 	RungLandlock    = "landlock"
 	RungDocker      = "docker"
-	RungHost        = "host"
+	// RungPod is one Kubernetes pod per sandbox; a worker reaches it only
+	// through a sandbox pool (evalsid sandboxd --rung pod, a SandboxClass).
+	RungPod  = "pod"
+	RungHost = "host"
 )
 
 // DefaultLadder is the ladder used when a spec names none, strongest first.
@@ -49,7 +52,14 @@ func Select(ctx context.Context, available []Rung, ladder []string, min Level, a
 		}
 		r, ok := byName[name]
 		if !ok {
-			probes = append(probes, Probe{Rung: name, Reason: "no such rung in this build (known: " + strings.Join(names(available), ", ") + ")"})
+			reason := "no such rung in this build (known: " + strings.Join(names(available), ", ") + ")"
+			switch {
+			case name == RungPod:
+				reason = "the pod rung runs only in a sandbox pool on Kubernetes (evalsid sandboxd --rung pod, or a SandboxClass); here the rungs are " + strings.Join(names(available), ", ")
+			case len(available) == 1 && available[0].Name() == RungPod:
+				reason = "this worker leases its sandboxes from a pod-rung pool, whose only rung is pod: add pod to environment.sandbox.ladder"
+			}
+			probes = append(probes, Probe{Rung: name, Reason: reason})
 			continue
 		}
 		if name == RungHost && !allowUnsafeHost {

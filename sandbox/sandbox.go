@@ -178,6 +178,10 @@ type Config struct {
 	// Owner names the process that made the sandbox, for rungs whose
 	// sandboxes outlive it (see Sweeper); opaque to the rung.
 	Owner string `json:"owner,omitempty"`
+	// Run is the id of the run the sandbox is for, for rungs that label
+	// what they make (the pod rung's evals.si/run, by which an EvalRun
+	// owns its pods); opaque otherwise.
+	Run string `json:"run,omitempty"`
 }
 
 // Sweeper is implemented by rungs whose sandboxes can outlive the process

@@ -29,7 +29,7 @@ func IsolationLevels() []string { return []string{"process", "namespaced", "cont
 
 // Rungs lists the sandbox.ladder rungs.
 func Rungs() []string {
-	return []string{"firecracker", "smolvm", "bwrap", "landlock", "docker", "host"}
+	return []string{"firecracker", "smolvm", "bwrap", "landlock", "docker", "pod", "host"}
 }
 
 // RecordingModes lists harness.builtin.recording.mode values.

@@ -17,6 +17,7 @@ import (
 // SandboxClass controller passes).
 type podFlags struct {
 	kubeconfig, namespace, pool, runtimeClass, helperImage, pullPolicy string
+	defaultImage                                                       string
 	cpu, memory                                                        string
 	diskMB                                                             int
 }
@@ -27,6 +28,7 @@ func (p *podFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.pool, "pod-pool", "", "with --rung pod: this pool's name on its pods (label evals.si/pool)")
 	fs.StringVar(&p.runtimeClass, "pod-runtime-class", "", "with --rung pod: runtimeClassName of every sandbox pod (gvisor, kata, ...)")
 	fs.StringVar(&p.helperImage, "pod-helper-image", "", "with --rung pod: the image holding /evalsi-pod-helper (copied into each pod by its init container)")
+	fs.StringVar(&p.defaultImage, "pod-default-image", "", "with --rung pod: the image of sandboxes whose environment names none (default: such a sandbox is refused)")
 	fs.StringVar(&p.pullPolicy, "pod-pull-policy", "", "with --rung pod: imagePullPolicy of the task and helper images (default IfNotPresent)")
 	fs.StringVar(&p.cpu, "pod-cpu", "", "with --rung pod: each sandbox pod's CPU limit when the run sets none (a quantity: 2, 500m)")
 	fs.StringVar(&p.memory, "pod-memory", "", "with --rung pod: each sandbox pod's memory limit when the run sets none (a quantity: 4Gi)")
@@ -68,7 +70,7 @@ func (p *podFlags) rung(logger *slog.Logger) (*podrung.Rung, error) {
 		return nil, err
 	}
 	return podrung.New(podrung.Options{Config: cfg, Namespace: p.namespace, Pool: p.pool, RuntimeClassName: p.runtimeClass,
-		Resources: limits, HelperImage: p.helperImage, PullPolicy: p.pullPolicy, Logger: logger})
+		Resources: limits, HelperImage: p.helperImage, DefaultImage: p.defaultImage, PullPolicy: p.pullPolicy, Logger: logger})
 }
 
 // stringList is a repeatable string flag.

@@ -215,6 +215,9 @@ func PoolObjects(sc *v1alpha1.SandboxClass) Pool {
 			args = append(args, "--pod-runtime-class", *rc)
 		}
 		args = append(args, "--pod-helper-image", sc.Spec.Image)
+		if sc.Spec.DefaultImage != "" {
+			args = append(args, "--pod-default-image", sc.Spec.DefaultImage)
+		}
 		if q, ok := sc.Spec.Resources.Limits[corev1.ResourceCPU]; ok {
 			args = append(args, "--pod-cpu", q.String())
 		}
@@ -251,7 +254,9 @@ func PoolObjects(sc *v1alpha1.SandboxClass) Pool {
 		// false). No capability, no privilege escalation, not root, a
 		// read-only root, and no service-account token: the pool never
 		// calls the API server.
-		args = append(args, "--rung", "bwrap")
+		// The pool pod's root is the evalsid image: sandboxes without an
+		// image of their own run on it, as in a worker's own sandboxes.
+		args = append(args, "--rung", "bwrap", "--allow-host-root")
 		if sc.Spec.Resources.Limits != nil || sc.Spec.Resources.Requests != nil {
 			container.Resources = sc.Spec.Resources
 		}

@@ -37,7 +37,7 @@ func TestSandboxClassMakesItsPool(t *testing.T) {
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}},
 		}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "pods", Namespace: ns}, Spec: v1alpha1.SandboxClassSpec{
-			Pool: v1alpha1.PoolPod, Image: "evalsi.test/evalsid:1", Warm: 2, TLSSecretName: "pods-tls", RuntimeClassName: &gvisor,
+			Pool: v1alpha1.PoolPod, Image: "evalsi.test/evalsid:1", DefaultImage: "evalsi.test/task:1", Warm: 2, TLSSecretName: "pods-tls", RuntimeClassName: &gvisor,
 		}},
 	}
 	for _, sc := range classes {
@@ -53,7 +53,7 @@ func TestSandboxClassMakesItsPool(t *testing.T) {
 	owned(t, bw.OwnerReferences, "bw")
 	pod := bw.Spec.Template.Spec
 	ctr := pod.Containers[0]
-	for _, want := range [][]string{{"--rung", "bwrap"}, {"--allow-host", "pypi.org"}, {"--tls-cert", "/etc/evalsi/tls/tls.crt"}, {"--client-ca", "/etc/evalsi/tls/ca.crt"}} {
+	for _, want := range [][]string{{"--rung", "bwrap"}, {"--allow-host-root"}, {"--allow-host", "pypi.org"}, {"--tls-cert", "/etc/evalsi/tls/tls.crt"}, {"--client-ca", "/etc/evalsi/tls/ca.crt"}} {
 		if !hasPair(ctr.Args, want) {
 			t.Errorf("args %v lack %v", ctr.Args, want)
 		}
@@ -80,7 +80,7 @@ func TestSandboxClassMakesItsPool(t *testing.T) {
 
 	pd := waitDeployment(t, cl, ns, "sandboxd-pods")
 	ctr = pd.Spec.Template.Spec.Containers[0]
-	for _, want := range [][]string{{"--rung", "pod"}, {"--pod-runtime-class", "gvisor"}, {"--pod-namespace", ns}} {
+	for _, want := range [][]string{{"--rung", "pod"}, {"--pod-runtime-class", "gvisor"}, {"--pod-namespace", ns}, {"--pod-default-image", "evalsi.test/task:1"}} {
 		if !hasPair(ctr.Args, want) {
 			t.Errorf("pod pool args %v lack %v", ctr.Args, want)
 		}

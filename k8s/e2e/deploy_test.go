@@ -40,54 +40,16 @@ type poolKind struct {
 }
 
 var (
-	bwrapPool = poolKind{rung: sandbox.RungBwrap, args: func(*deployment) []string { return []string{"--rung=bwrap"} }}
+	bwrapPool = poolKind{rung: sandbox.RungBwrap, args: func(*deployment) []string { return []string{"--rung=bwrap", "--allow-host-root"} }}
 	// The pod rung's sandboxes are pods of the imported image, which also
-	// holds the helper. fix-calc-offline names no environment.image, so
-	// the pool must run such a sandbox from a default image of its own
-	// (--pod-default-image, not in sandboxd yet): the image whose root the
-	// bwrap rung's sandboxes get. Naming the image in the run instead does
-	// not work: the pool resolves environment.image in its own store
-	// (a registry pull, or a file of its own), not as a cluster reference.
+	// holds the helper; fix-calc-offline names no environment.image, so
+	// they run the pool's default image (the root the bwrap rung's
+	// sandboxes get), and its ladder names the pod rung.
 	podPool = poolKind{rung: "pod", kube: true, ladder: "[pod]", args: func(d *deployment) []string {
 		return []string{"--rung=pod", "--pod-namespace=" + d.ns, "--pod-pool=e2e", "--pod-helper-image=" + image,
 			"--pod-pull-policy=Never", "--pod-default-image=" + image}
 	}}
 )
-
-// podPoolMissing says what `evalsid sandboxd` lacks to run the pod rung
-// with a default image; "" when it has it all.
-func podPoolMissing(bin string) string {
-	out, _ := exec.Command(bin, "sandboxd", "-h").CombinedOutput()
-	usage := string(out)
-	var missing []string
-	if !strings.Contains(rungUsage(usage), "pod") {
-		missing = append(missing, "--rung pod (sandboxd's --rung takes "+rungUsage(usage)+")")
-	}
-	for _, f := range []string{"-pod-namespace", "-pod-pool", "-pod-helper-image", "-pod-pull-policy", "-pod-default-image"} {
-		if !strings.Contains(usage, "\n  "+f+" ") {
-			missing = append(missing, "-"+f)
-		}
-	}
-	if len(missing) == 0 {
-		return ""
-	}
-	return "evalsid sandboxd has no " + strings.Join(missing, ", ") +
-		": a pod-rung pool needs a default image for an environment without environment.image (fix-calc-offline has none)." +
-		" The run also needs ladder: [pod], which spec validation refuses today (bad rung \"pod\")"
-}
-
-// rungUsage is the --rung line of sandboxd's usage, for the skip message.
-func rungUsage(usage string) string {
-	i := strings.Index(usage, "-rung")
-	if i < 0 {
-		return "nothing"
-	}
-	rest := usage[i:]
-	if j := strings.Index(rest, "\n  -"); j > 0 {
-		rest = rest[:j]
-	}
-	return strings.Join(strings.Fields(rest), " ")
-}
 
 // deployment is one namespace's server, sandboxd and worker pods, and the
 // operator watching the namespace.

@@ -164,18 +164,7 @@ func freePort(t *testing.T) int {
 func TestEvalRunThroughPods(t *testing.T) {
 	e := setup(t)
 	t.Run("bwrap", func(t *testing.T) { e.run(t, bwrapPool) })
-	t.Run("pod", func(t *testing.T) {
-		// Not a missing facility but unfinished product code, so it is
-		// skipped in the open (also under EVALSI_STRICT) until it exists:
-		// the pool resolves environment.image in its own image store
-		// instead of handing the pod rung a cluster reference, it has no
-		// default image for environments without one, and the spec's
-		// ladder does not know the pod rung.
-		if missing := podPoolMissing(e.bin); missing != "" {
-			t.Skip("NOT DONE: the pod rung through a sandboxd pod end to end: " + missing)
-		}
-		e.run(t, podPool)
-	})
+	t.Run("pod", func(t *testing.T) { e.run(t, podPool) })
 }
 
 // trials is how many trials the EvalRun asks for: with two workers of two
@@ -210,6 +199,10 @@ func (e *env) run(t *testing.T, pool poolKind) {
 	er := d.waitRun(t, "the run to be submitted", func(er *v1alpha1.EvalRun) bool { return er.Status.RunID != "" })
 	runID := er.Status.RunID
 	st := d.store(t)
+	var seen *sandboxPods
+	if pool.rung == sandbox.RungPod {
+		seen = e.watchSandboxPods(t, ns)
+	}
 	var victim string
 	var victimAttempt store.Trial
 	waitFor(t, "a trial running on a worker pod", func() (bool, error) {
@@ -241,6 +234,10 @@ func (e *env) run(t *testing.T, pool poolKind) {
 	er = d.waitRun(t, "the EvalRun to succeed", func(er *v1alpha1.EvalRun) bool { return er.Status.Phase == v1alpha1.PhaseSucceeded })
 	if c := er.Status.Trials; c.Total != trials || c.Passed != trials || c.Failed+c.Errored+c.Running+c.Pending != 0 {
 		t.Errorf("EvalRun status trials %+v; want all %d passed", c, trials)
+	}
+
+	if seen != nil {
+		seen.check(t, e, ns, runID)
 	}
 
 	// The server's trials: every one passed, on the pool's rung, leased.
@@ -355,4 +352,90 @@ func waitFor(t *testing.T, what string, cond func() (bool, error)) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("waiting for %s: gave up (last: %v)", what, last)
+}
+
+// sandboxPods records the pod rung's sandbox pods seen in a namespace
+// while a run goes on.
+type sandboxPods struct {
+	mu   sync.Mutex
+	pods map[string]corev1.Pod
+	stop chan struct{}
+	done chan struct{}
+}
+
+// watchSandboxPods lists the namespace's sandbox pods (the pool's label)
+// until check, keeping the last copy of each.
+func (e *env) watchSandboxPods(t *testing.T, ns string) *sandboxPods {
+	w := &sandboxPods{pods: map[string]corev1.Pod{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			l, err := e.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "evals.si/pool=e2e"})
+			if err == nil {
+				w.mu.Lock()
+				for _, p := range l.Items {
+					w.pods[p.Name] = p
+				}
+				w.mu.Unlock()
+			}
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-w.stop:
+		default:
+			close(w.stop)
+		}
+		<-w.done
+	})
+	return w
+}
+
+// check: the run's sandboxes were pods of the pool, labelled with the
+// run (by which the EvalRun owns them), of the default image; once the
+// run is over the pool has removed every one.
+func (w *sandboxPods) check(t *testing.T, e *env, ns, runID string) {
+	t.Helper()
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.pods) == 0 {
+		t.Fatalf("no sandbox pod (label evals.si/pool=e2e) was seen in namespace %s during the run", ns)
+	}
+	owned := 0
+	for name, p := range w.pods {
+		if got := p.Labels["evals.si/run"]; got != runID {
+			t.Errorf("sandbox pod %s: label evals.si/run %q, want the run %s", name, got, runID)
+		}
+		if img := p.Spec.Containers[0].Image; img != image {
+			t.Errorf("sandbox pod %s runs image %s, want the pool's default image %s", name, img, image)
+		}
+		for _, o := range p.OwnerReferences {
+			if o.Kind == "EvalRun" {
+				owned++
+			}
+		}
+	}
+	t.Logf("%d sandbox pods seen; %d of them (as last seen) owned by the EvalRun", len(w.pods), owned)
+	if owned == 0 {
+		// The operator adopts labelled pods each time it polls the run
+		// (every 2 s at first): a pod lives through a whole trial.
+		t.Errorf("no sandbox pod was seen with the EvalRun as an owner")
+	}
+	waitFor(t, "the pool to remove its sandbox pods", func() (bool, error) {
+		l, err := e.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "evals.si/pool=e2e"})
+		if err != nil {
+			return false, err
+		}
+		if len(l.Items) == 0 {
+			return true, nil
+		}
+		return false, fmt.Errorf("%d sandbox pods left, e.g. %s", len(l.Items), l.Items[0].Name)
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"evals.si/sandbox"
 	"evals.si/sandbox/pod/internal/helper"
@@ -25,6 +26,9 @@ const (
 	ManagedBy      = "evalsi"
 	LabelPool      = "evals.si/pool"
 	LabelSandbox   = "evals.si/sandbox"
+	// LabelRun is Config.Run, when it is a valid label value: the EvalRun
+	// controller makes the EvalRun of that run the pod's owner.
+	LabelRun = "evals.si/run"
 	// LabelOwner is a hash of Config.Owner (a label value is at most 63
 	// characters of a restricted alphabet); AnnotationOwner holds it whole,
 	// for the Sweeper.
@@ -54,6 +58,9 @@ func (r *Rung) labels(id string, cfg sandbox.Config) map[string]string {
 	l := map[string]string{LabelManagedBy: ManagedBy, LabelPool: r.o.Pool, LabelSandbox: id}
 	if cfg.Owner != "" {
 		l[LabelOwner] = OwnerHash(cfg.Owner)
+	}
+	if cfg.Run != "" && len(validation.IsValidLabelValue(cfg.Run)) == 0 {
+		l[LabelRun] = cfg.Run
 	}
 	return l
 }

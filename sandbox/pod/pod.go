@@ -30,7 +30,7 @@ import (
 )
 
 // Name is the rung's name.
-const Name = "pod"
+const Name = sandbox.RungPod
 
 // Options configure the rung.
 type Options struct {
@@ -52,6 +52,10 @@ type Options struct {
 	Resources sandbox.Limits
 	// HelperImage holds /evalsi-pod-helper at its root (a static binary).
 	HelperImage string
+	// DefaultImage runs the sandboxes whose Config names no image (an
+	// environment without environment.image, which other rungs run on
+	// their machine's own root). Empty: such a sandbox is refused.
+	DefaultImage string
 	// PullPolicy of the task and helper images ("Never" in tests; empty:
 	// IfNotPresent).
 	PullPolicy string

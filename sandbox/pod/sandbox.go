@@ -37,6 +37,7 @@ type Sandbox struct {
 	cfg      sandbox.Config
 	name, id string
 	proxy    string // HTTP(S)_PROXY target, "" under deny
+	notes    []string
 	life     *sandbox.Lifecycle
 	// stop ends the services' streams when the sandbox closes.
 	stop   context.CancelFunc
@@ -49,8 +50,13 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 // Create makes the sandbox's NetworkPolicy, then its pod, and waits until
 // the pod's sandbox container runs.
 func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox, error) {
+	var notes []string
+	if cfg.Image == "" && r.o.DefaultImage != "" {
+		cfg.Image = r.o.DefaultImage
+		notes = append(notes, "the environment names no image: the pool's default image "+cfg.Image+" runs it")
+	}
 	if cfg.Image == "" {
-		return nil, fmt.Errorf("creating a pod sandbox: no image (the pod rung runs Config.Image, a reference the cluster can pull or has imported)")
+		return nil, fmt.Errorf("creating a pod sandbox: the environment names no image and the pool has no default image: set environment.image to a reference the cluster can pull, or give the pool one (evalsid sandboxd --pod-default-image, SandboxClass spec.defaultImage)")
 	}
 	if len(cfg.Layers) > 0 {
 		return nil, fmt.Errorf("creating a pod sandbox: the pod rung cannot start from snapshot layers (it does not snapshot; setup runs once per trial)")
@@ -67,7 +73,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 	}
 	id := host
 	name := "evalsi-" + id
-	s := &Sandbox{r: r, cfg: cfg, name: name, id: id, life: sandbox.NewLifecycle(Name)}
+	s := &Sandbox{r: r, cfg: cfg, name: name, id: id, notes: notes, life: sandbox.NewLifecycle(Name)}
 	if cfg.Policy.Network != sandbox.NetworkDeny {
 		_, _, addr, err := r.proxyAddr(cfg)
 		if err != nil {
@@ -210,14 +216,18 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		Workdir: sandbox.InSandboxPath(s.cfg.Workdir, req.Workdir), Timeout: timeout,
 		OutputLimit: limit, FileSizeMB: s.r.limits(s.cfg.Limits).FileSizeMB, Stdin: len(req.Stdin) > 0,
 	}
-	stdout, stderr := sandbox.NewCappedBuffer(limit), sandbox.NewCappedBuffer(limit)
+	// The helper's frames arrive as the command writes; the stream gives
+	// them to req.Output from a goroutine of its own, and is stopped
+	// before Exec returns, whichever way.
+	out := sandbox.NewOutputStream(limit, req.Output)
+	defer out.Stop()
 	start := time.Now()
 	hres, err := s.call(ctx, hreq, req.Stdin, func(kind byte, p []byte) {
 		switch kind {
 		case helper.FrameStdout:
-			stdout.Write(p)
+			out.Stdout().Write(p)
 		case helper.FrameStderr:
-			stderr.Write(p)
+			out.Stderr().Write(p)
 		}
 	})
 	res.Duration = time.Since(start)
@@ -226,9 +236,10 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		// A command as root may kill its own helper: like a killed
 		// docker exec, that is the command's result, not the sandbox
 		// failing. Init kills what it left running.
-		stderr.Write([]byte(fmt.Sprintf("\nevalsi: the command's exec helper ended with status %d before reporting (killed from inside the sandbox?)\n", died.code)))
-		res.ExitCode, res.Stdout, res.Stderr = died.code, stdout.Bytes(), stderr.Bytes()
-		res.Truncated = stdout.Truncated() || stderr.Truncated()
+		fmt.Fprintf(out.Stderr(), "\nevalsi: the command's exec helper ended with status %d before reporting (killed from inside the sandbox?)\n", died.code)
+		res.ExitCode = died.code
+		res.Stdout, res.Stderr = out.Bytes()
+		res.Truncated = out.Truncated()
 		return res, nil
 	}
 	if err != nil {
@@ -238,8 +249,8 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		return res, fmt.Errorf("pod exec in %s: %s", s.name, hres.Error)
 	}
 	res.ExitCode, res.TimedOut = hres.ExitCode, hres.TimedOut
-	res.Stdout, res.Stderr = stdout.Bytes(), stderr.Bytes()
-	res.Truncated = hres.Truncated || stdout.Truncated() || stderr.Truncated()
+	res.Stdout, res.Stderr = out.Bytes()
+	res.Truncated = hres.Truncated || out.Truncated()
 	if res.TimedOut {
 		res.Denials = append(res.Denials, sandbox.Denial{Kind: "timeout", Detail: fmt.Sprintf("killed after %s", timeout)})
 	}
@@ -483,6 +494,7 @@ func (s *Sandbox) Report() sandbox.Report {
 	} else {
 		rep.Notes = append(rep.Notes, "a non-root user holds no capabilities (the container's set applies to root)")
 	}
+	rep.Notes = append(rep.Notes, s.notes...)
 	if rc := s.r.o.RuntimeClassName; rc != "" {
 		rep.Notes = append(rep.Notes, "runtimeClassName "+rc)
 	}

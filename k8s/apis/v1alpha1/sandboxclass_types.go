@@ -43,6 +43,10 @@ type SandboxClassSpec struct {
 	// Image is the evalsid image the pool's pods run.
 	// +kubebuilder:validation:MinLength=1
 	Image string `json:"image"`
+	// DefaultImage runs a pod pool's sandboxes whose environment names no
+	// image (on sandboxd, such a sandbox runs on the pool image's own root).
+	// +optional
+	DefaultImage string `json:"defaultImage,omitempty"`
 	// RuntimeClassName is passed to sandbox pods (gVisor, Kata) on the pod
 	// rung, and to the pool's pods on sandboxd.
 	// +optional
