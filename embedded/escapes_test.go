@@ -171,6 +171,12 @@ func escapeCases(t *testing.T, fx *fixtures) []escapeCase {
 	// the spec's network: allow refuses those, so a record could not list
 	// them (TestEscapeRecordCannotLoosenPolicy).
 	allowed1, allowed2 := fx.host(t, "allowed-1"), fx.host(t, "allowed-2")
+	// A host on a private network: the shared address space of CGNAT,
+	// where cloud metadata and VPC services live, and its NAT64 spelling.
+	private := nethost.NewSharedSpace(t)
+	privateIP, privatePort, _ := net.SplitHostPort(private.Addr)
+	v4 := net.ParseIP(privateIP).To4()
+	privateNAT64 := net.JoinHostPort(fmt.Sprintf("64:ff9b::%x:%x", uint16(v4[0])<<8|uint16(v4[1]), uint16(v4[2])<<8|uint16(v4[3])), privatePort)
 	return []escapeCase{
 		{id: "uid-map", attack: "root inside is root outside: /proc/self/uid_map and the isolation report",
 			calls: []toolCall{bash("cat /proc/self/uid_map; id -u")},
@@ -240,6 +246,41 @@ func escapeCases(t *testing.T, fx *fixtures) []escapeCase {
 			calls: []toolCall{bash(fetch("http://" + fx.host(t, "outbound").Addr + "/"))},
 			check: func(v *trialView) (bool, string) {
 				return strings.Contains(v.output(), fx.host(t, "outbound").Body), fmt.Sprintf("%.200s", v.output())
+			}},
+		{id: "allow-private", attack: "network allow: reach a host on a private network (a test host in the shared address space 100.64.0.0/10, where cloud metadata and VPC services live), directly, through the proxy, and by its NAT64 address",
+			calls: []toolCall{bash(connect(private.Addr) + "; " + fetch("http://"+private.Addr+"/") + "; " + fetch("http://"+privateNAT64+"/"))},
+			check: func(v *trialView) (bool, string) {
+				if n := private.Conns(); n > 0 {
+					return false, fmt.Sprintf("the private test host accepted %d connection(s): %.200s", n, v.output())
+				}
+				if ok, why := notIn(v.output(), private.Body, "CONNECTED"); !ok {
+					return false, why
+				}
+				// Refused by the proxy, naming the range, not merely unrouted.
+				for _, want := range []string{"shared address space", "NAT64 of " + privateIP} {
+					if !slices.ContainsFunc(v.policies, func(p trajectory.Policy) bool {
+						return p.Kind == "network" && strings.Contains(p.Detail, want)
+					}) {
+						return false, fmt.Sprintf("no network policy event naming %q: %+v", want, v.policies)
+					}
+				}
+				return true, "refused by the proxy (shared address space, NAT64), with policy events"
+			}},
+		{id: "registry-ssrf", attack: "a record names its image on a service of the pool's own loopback (127.0.0.1:PORT/evalsi/ssrf:1), so the pool would speak HTTP to it",
+			env:   map[string]any{"image": fx.listener(t, "registry-ssrf").addr + "/evalsi/ssrf:1"},
+			calls: []toolCall{bash("echo the image resolved")},
+			check: func(v *trialView) (bool, string) {
+				if n := fx.listener(t, "registry-ssrf").conns.Load(); n > 0 {
+					return false, fmt.Sprintf("the pool connected to the loopback listener %d time(s); trial %s: %.200s", n, v.trial.Status, v.trial.Error)
+				}
+				if v.trial.Status != store.TrialErrored || !strings.Contains(v.trial.Error, "--allow-registry") {
+					return false, fmt.Sprintf("trial %s (%s: %.300s), want an infrastructure error naming --allow-registry", v.trial.Status, v.trial.ErrorKind, v.trial.Error)
+				}
+				e := v.trial.Error
+				if i := strings.Index(e, "registry 127.0.0.1"); i >= 0 {
+					e = e[i:]
+				}
+				return true, fmt.Sprintf("refused before any connection (%s: %.200s)", v.trial.ErrorKind, e)
 			}},
 		{id: "deny-visible", attack: "network deny: TCP and UDP to a test host; the attempts must be refused and show as policy events",
 			env: map[string]any{"sandbox": map[string]any{"network": "deny"}},
@@ -435,16 +476,19 @@ type escapeRung struct {
 	pool func(t *testing.T) Pool
 }
 
+// localRegistry is why registry-ssrf runs on the remote rung only.
+const localRegistry = "images are pulled by the engine itself, whose spec author may name a registry on the worker's own loopback; only a sandbox pool, pulling for others, refuses one"
+
 func escapeRungs() []escapeRung {
 	return []escapeRung{
-		{name: sandbox.RungBwrap, need: requireAgentSandbox},
-		{name: sandbox.RungLandlock, need: func(t *testing.T) {}},
+		{name: sandbox.RungBwrap, need: requireAgentSandbox, notRun: map[string]string{"registry-ssrf": localRegistry}},
+		{name: sandbox.RungLandlock, need: func(t *testing.T) {}, notRun: map[string]string{"registry-ssrf": localRegistry}},
 		// The whole suite through a sandbox pool over mutual TLS: the
 		// worker side runs no sandbox, the pool's bwrap rung does, and the
 		// egress proxies run in the pool with their events streamed back.
 		{name: "remote", ladder: sandbox.RungBwrap, need: requireAgentSandbox,
 			pool: func(t *testing.T) Pool { return pooltest.Start(t, pooltest.Options{}).Dial(t, "escape-worker") }},
-		{name: sandbox.RungDocker, need: requireDocker,
+		{name: sandbox.RungDocker, need: requireDocker, notRun: map[string]string{"registry-ssrf": localRegistry},
 			uncontained: map[string]string{
 				"deny-visible":    "the attempts are refused (--network none), but Docker 20.10 drops a seccomp profile's listenerPath, so the rung cannot observe them",
 				"syscall-visible": "the calls are refused by Docker's seccomp profile, but Docker 20.10 drops a profile's listenerPath, so the rung cannot observe them",
@@ -455,6 +499,7 @@ func escapeRungs() []escapeRung {
 				"sysctl-write":    "the host rung runs commands as the engine's user: it would write the host's sysctls",
 				"syscall-visible": "the host rung has no seccomp filter: it would mount on the host",
 				"disk":            "the host rung has no writable layer of its own: it would fill the host's /tmp",
+				"registry-ssrf":   localRegistry,
 			},
 			uncontained: map[string]string{
 				"uid-map":           "the host rung runs commands as the engine's user",
@@ -469,6 +514,7 @@ func escapeRungs() []escapeRung {
 				"proxy-1":           "the host rung shares the host's network",
 				"proxy-2":           "the host rung shares the host's network",
 				"fork-bomb":         "the host rung has no process cap without cgroups",
+				"allow-private":     "the host rung shares the host's network",
 			}},
 	}
 }

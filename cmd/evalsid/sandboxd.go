@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"evals.si/image"
 	"evals.si/sandbox"
@@ -21,6 +22,7 @@ import (
 	"evals.si/sandbox/landlock"
 	podrung "evals.si/sandbox/pod"
 	"evals.si/sandbox/pool"
+	"evals.si/sandbox/pool/wire"
 	"evals.si/sandbox/remote"
 )
 
@@ -41,14 +43,29 @@ func sandboxd(ctx context.Context, args []string, stderr io.Writer, logger *slog
 	po.register(fs)
 	health := fs.String("health-listen", "", "serve GET /healthz in plain HTTP on this address (the API is never served without TLS)")
 	ttl := fs.Duration("lease-ttl", pool.DefaultLeaseTTL, "how long a sandbox, snapshot or proxy outlives its client's last keepalive")
+	hostRoot := fs.Bool("allow-host-root", false, "run sandboxes whose environment names no image on this machine's own root, read-only (for a pool whose root is an image meant for tasks, such as a pool pod's); off: they are refused")
 	allowLocal := fs.Bool("allow-local-images", false, "let clients name images on this machine's filesystem (oci-layout:, docker-archive:, dir:)")
+	var allowRegistries stringList
+	fs.Var(&allowRegistries, "allow-registry", "a registry (HOST or HOST:PORT) the pool may pull images from although it is on this machine or a private network; repeat it (default: registries on the public internet only)")
+	var maxl wire.LimitValues
+	fs.IntVar(&maxl.MemoryMB, "max-memory-mb", 0, "the most memory (MB) a sandbox may ask for; one that asks none gets this (default: no bound)")
+	fs.Float64Var(&maxl.CPUs, "max-cpus", 0, "the most CPUs a sandbox may ask for; one that asks none gets this (default: no bound)")
+	fs.IntVar(&maxl.PidsMax, "max-pids", 0, "the most processes a sandbox's command may ask for; one that asks none gets this (default: no bound)")
+	fs.IntVar(&maxl.DiskMB, "max-disk-mb", 0, "the most disk (MB) a sandbox's writable layer may ask for; one that asks none gets this (default: no bound)")
+	fs.IntVar(&maxl.FileSizeMB, "max-file-size-mb", 0, "the largest file (MB) a sandbox may ask to write; one that asks none gets this (default: no bound)")
+	fs.DurationVar(&maxl.CommandTimeout, "max-command-timeout", 0, "the longest any command may run, whatever its run asks (default: no bound); one that asks none gets the usual 10m, or this when shorter")
+	maxRequests := fs.Int("max-requests", pool.DefaultMaxRequests, "the most requests one client may have in flight at once (execs, file transfers, creates, ...); past it the pool answers 429")
 	if err := fs.Parse(args); err != nil {
 		return usageErr{err}
 	}
 	if *listen == "" || *certFile == "" || *keyFile == "" || *clientCA == "" || *stateDir == "" || fs.NArg() > 0 {
 		return usageErr{errors.New("sandboxd needs --listen ADDR --tls-cert FILE --tls-key FILE --client-ca FILE --state-dir DIR")}
 	}
+	if *maxRequests <= 0 {
+		return usageErr{fmt.Errorf("--max-requests %d: want 1 or more", *maxRequests)}
+	}
 	var rung sandbox.Rung
+	var sweeper sandbox.Sweeper
 	switch *rungName {
 	case sandbox.RungBwrap:
 		rung = bwrap.New(bwrap.Options{})
@@ -59,7 +76,7 @@ func sandboxd(ctx context.Context, args []string, stderr io.Writer, logger *slog
 		if err != nil {
 			return usageErr{err}
 		}
-		rung = r
+		rung, sweeper = r, r
 	default:
 		return usageErr{fmt.Errorf("--rung %q: bwrap, landlock or pod", *rungName)}
 	}
@@ -67,12 +84,32 @@ func sandboxd(ctx context.Context, args []string, stderr io.Writer, logger *slog
 	if err != nil {
 		return usageErr{err}
 	}
-	imgs, err := image.Open(filepath.Join(*stateDir, "images"), logger)
-	if err != nil {
-		return fmt.Errorf("opening the pool's image cache: %w", err)
+	// The pod rung's images are the cluster's to pull; the other rungs run
+	// images from the pool's own cache.
+	clusterImages := rung.Name() == podrung.Name
+	var imgs pool.Images
+	if !clusterImages {
+		tr, err := pool.RegistryTransport(allowRegistries, logger)
+		if err != nil {
+			return usageErr{fmt.Errorf("--allow-registry: %w", err)}
+		}
+		st, err := image.Open(filepath.Join(*stateDir, "images"), logger, image.WithTransport(tr))
+		if err != nil {
+			return fmt.Errorf("opening the pool's image cache: %w", err)
+		}
+		imgs = st
 	}
-	srv, err := pool.New(ctx, pool.Options{Rung: rung, Images: imgs, StateDir: filepath.Join(*stateDir, "pool"),
-		LeaseTTL: *ttl, AllowLocalImages: *allowLocal, AllowHosts: allowHosts, Logger: logger})
+	lim := pool.Limits{Max: maxl}
+	if rung.Name() == podrung.Name {
+		// --pod-cpu, --pod-memory and --pod-disk-mb are what a sandbox gets
+		// when its run asks none: under a maximum they stay that, instead
+		// of the pool handing such a sandbox the maximum.
+		if lim.Default, err = po.defaults(); err != nil {
+			return usageErr{err}
+		}
+	}
+	srv, err := pool.New(ctx, pool.Options{Rung: rung, Images: imgs, ClusterImages: clusterImages, Sweeper: sweeper, StateDir: filepath.Join(*stateDir, "pool"),
+		LeaseTTL: *ttl, AllowLocalImages: *allowLocal, AllowHostRoot: *hostRoot, AllowRegistries: allowRegistries, AllowHosts: allowHosts, Limits: lim, MaxRequests: *maxRequests, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -81,8 +118,7 @@ func sandboxd(ctx context.Context, args []string, stderr io.Writer, logger *slog
 	if err != nil {
 		return fmt.Errorf("sandboxd: listening on %s: %w", *listen, err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), TLSConfig: tlsCfg, ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
+	hs := srv.HTTPServer(tlsCfg, slog.NewLogLogger(logger.Handler(), slog.LevelDebug))
 	errc := make(chan error, 2)
 	go func() { errc <- hs.ServeTLS(ln, "", "") }()
 	if *health != "" {
@@ -96,7 +132,7 @@ func sandboxd(ctx context.Context, args []string, stderr io.Writer, logger *slog
 		go func() { errc <- hsrv.Serve(hl) }()
 		defer hsrv.Close()
 	}
-	logger.Info("sandbox pool listening", "addr", ln.Addr().String(), "rung", rung.Name(), "lease_ttl", *ttl)
+	logger.Info("sandbox pool listening", "addr", ln.Addr().String(), "rung", rung.Name(), "lease_ttl", *ttl, "max_limits", maxl, "max_requests", *maxRequests)
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
@@ -165,6 +201,34 @@ func dialPool(ctx context.Context, a sandboxAddr, logger *slog.Logger) (*remote.
 		return nil, err
 	}
 	h := p.Hello()
-	logger.Info("leasing sandboxes from a sandbox pool", "pool", a.Address, "rung", h.Rung, "isolation", h.Isolation, "identity", h.Identity)
+	args := []any{"pool", a.Address, "rung", h.Rung, "isolation", h.Isolation, "identity", h.Identity}
+	if m := h.Capabilities.MaxLimits; m != nil {
+		// What the pool bounds every run's sandboxes by, whatever a spec
+		// asks: a spec over one fails its trials with the pool's refusal.
+		args = append(args, "max_limits", *m)
+	}
+	logger.Info("leasing sandboxes from a sandbox pool", args...)
 	return p, nil
+}
+
+// defaults are the pod flags' resources as a pool's defaults. The flags
+// were checked by rung already.
+func (p *podFlags) defaults() (wire.LimitValues, error) {
+	var d wire.LimitValues
+	if p.cpu != "" {
+		q, err := resource.ParseQuantity(p.cpu)
+		if err != nil {
+			return d, fmt.Errorf("--pod-cpu %q: %w", p.cpu, err)
+		}
+		d.CPUs = q.AsApproximateFloat64()
+	}
+	if p.memory != "" {
+		q, err := resource.ParseQuantity(p.memory)
+		if err != nil {
+			return d, fmt.Errorf("--pod-memory %q: %w", p.memory, err)
+		}
+		d.MemoryMB = int(q.Value() >> 20)
+	}
+	d.DiskMB = p.diskMB
+	return d, nil
 }

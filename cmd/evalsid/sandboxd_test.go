@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,7 @@ func TestSandboxdWorkerRunsFixCalc(t *testing.T) {
 	addr, health := freeAddr(t), freeAddr(t)
 	s.Start(t, "sandboxd", nil, "sandboxd", "--listen", addr, "--health-listen", health,
 		"--tls-cert", poolCert, "--tls-key", poolKey, "--client-ca", filepath.Join(dir, "client-ca.crt"),
-		"--state-dir", filepath.Join(dir, "pool-state"), "--rung", "bwrap")
+		"--state-dir", filepath.Join(dir, "pool-state"), "--rung", "bwrap", "--allow-host-root", "--max-pids", "256", "--max-command-timeout", "5m")
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		resp, err := http.Get("http://" + health + "/healthz")
 		if err == nil {
@@ -112,6 +113,12 @@ func TestSandboxdWorkerRunsFixCalc(t *testing.T) {
 	if rep.Rung != sandbox.RungBwrap || !strings.Contains(strings.Join(rep.Notes, "\n"), "leased from the sandbox pool at "+addr) {
 		t.Errorf("isolation report %+v; want the pool's bwrap rung, leased", rep)
 	}
+	// The spec sets no pids_max: the trial ran under the pool's --max-pids,
+	// and its command_timeout (2m) within --max-command-timeout.
+	if !strings.Contains(strings.Join(rep.Limits, " "), "pids.max=256") || !strings.Contains(strings.Join(rep.Notes, "\n"), "pids_max=256: the sandbox pool's maximum") ||
+		!slices.Contains(rep.Limits, "timeout=2m0s") {
+		t.Errorf("isolation report limits %q, notes %q; want the pool's pids max of 256 and the spec's timeout of 2m", rep.Limits, rep.Notes)
+	}
 	// The worker made no sandbox of its own: nothing of a sandbox's state
 	// is in its state directory.
 	filepath.WalkDir(workerState, func(p string, d os.DirEntry, err error) error {
@@ -136,6 +143,7 @@ func TestSandboxdUsageErrors(t *testing.T) {
 		want string
 	}{
 		{"sandboxd without TLS", []string{"sandboxd", "--listen", "127.0.0.1:0", "--state-dir", dir}, "--tls-cert"},
+		{"sandboxd with --max-requests 0", []string{"sandboxd", "--listen", "127.0.0.1:0", "--tls-cert", "c", "--tls-key", "k", "--client-ca", "ca", "--state-dir", dir, "--max-requests", "0"}, "--max-requests 0"},
 		{"sandboxd with an unknown rung", []string{"sandboxd", "--listen", "127.0.0.1:0", "--tls-cert", "c", "--tls-key", "k", "--client-ca", "ca", "--state-dir", dir, "--rung", "docker"}, "bwrap, landlock or pod"},
 		{"worker pool without a certificate", []string{"worker", "--server", "http://127.0.0.1:1", "--sandbox-address", "127.0.0.1:1"}, "sandbox.cert"},
 		{"worker config misspelt", []string{"worker", "--server", "http://127.0.0.1:1", "--config", bad}, "adress"},

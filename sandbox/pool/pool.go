@@ -13,14 +13,18 @@ package pool
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"sync"
 	"time"
@@ -41,8 +45,15 @@ type Images interface {
 type Options struct {
 	// Rung makes the sandboxes (bwrap, landlock).
 	Rung sandbox.Rung
-	// Images is the pool's image store; nil: sandboxes without an image only.
+	// Images is the pool's image store; nil: sandboxes without an image
+	// only, unless ClusterImages.
 	Images Images
+	// ClusterImages: image references are the cluster's, pulled by its
+	// kubelets (the pod rung). The pool hands them to the rung as given,
+	// never fetching them itself, and pins only what a reference pins
+	// (name@sha256:…); signatures are the cluster's admission policy's to
+	// enforce, so image_signatures is refused rather than skipped.
+	ClusterImages bool
 	// StateDir holds sandbox state, snapshots and proxy sockets.
 	StateDir string
 	// LeaseTTL is how long an object outlives its last keepalive
@@ -54,15 +65,46 @@ type Options struct {
 	// filesystem (oci-layout:, docker-archive:, dir:). Off: a reference
 	// that is a pool path is refused like any other path.
 	AllowLocalImages bool
+	// AllowHostRoot lets a sandbox whose environment names no image run on
+	// the pool machine's own root (read-only), as a local rung's does. Off:
+	// such a sandbox is refused, since a client's task would read the
+	// pool's files (its /etc, its programs); the pod rung runs its default
+	// image instead and ignores this.
+	AllowHostRoot bool
+	// AllowRegistries are the registries (host, or host:port) the pool
+	// pulls from although they are on its own machine or a private
+	// network; every other such registry is refused (see checkRegistry).
+	// Open Images with RegistryTransport(AllowRegistries) so every
+	// connection its pulls open is held to the same rule.
+	AllowRegistries []string
 	// MaxObjects bounds the sandboxes, snapshots and proxies one client
 	// holds at once (default DefaultMaxObjects), so one client cannot
 	// exhaust the pool.
 	MaxObjects int
+	// MaxRequests bounds the requests of one client in flight at once
+	// (default DefaultMaxRequests): each may hold a command, a file of up
+	// to MaxFileBytes or an output buffer in the pool's memory. Past it a
+	// request is refused with 429 (wire.CodeBusy). Hello, keepalives,
+	// closes and proxy event streams are not counted: they free or keep
+	// what the client holds, and an event stream lives as long as its
+	// proxy.
+	MaxRequests int
+	// UploadTimeout is how long a file's body may take to arrive (default
+	// DefaultUploadTimeout), so a client trickling one in does not hold a
+	// request and its buffer forever.
+	UploadTimeout time.Duration
+	// Limits are the pool's own bounds over its sandboxes' limits.
+	Limits Limits
 	// AllowHosts, when set, is the most any client's egress may reach: an
 	// allowlist entry not in it, or network allow, is refused (the
 	// operator's ceiling over what run specs ask for).
 	AllowHosts []string
-	Logger     *slog.Logger
+	// Sweeper, when set, is the rung's sweeper: at start the pool removes
+	// the sandboxes an earlier pool process left (the pod rung's pods
+	// outlive a killed sandboxd; its leases did not). Only one pool
+	// process may serve one rung's sandboxes (one --pod-pool name).
+	Sweeper sandbox.Sweeper
+	Logger  *slog.Logger
 }
 
 // Defaults.
@@ -70,6 +112,9 @@ const (
 	DefaultLeaseTTL     = 2 * time.Minute
 	DefaultMaxFileBytes = 64 << 20
 	DefaultMaxObjects   = 512
+	DefaultMaxRequests  = 32
+	// DefaultUploadTimeout is generous: a 64 MiB file at 256 KiB/s.
+	DefaultUploadTimeout = 5 * time.Minute
 	// maxOutputLimit caps what one command's output limit may ask the pool
 	// to hold per stream.
 	maxOutputLimit = 64 << 20
@@ -77,17 +122,22 @@ const (
 
 // Server is a running pool. Serve its Handler behind TLSConfig's listener.
 type Server struct {
-	o    Options
-	caps wire.Capabilities
-	mu   sync.Mutex
-	objs map[string]*object
+	o Options
+	// instance names this pool process in its sandboxes' Config.Owner,
+	// so the next process can tell what it left.
+	instance string
+	caps     wire.Capabilities
+	mu       sync.Mutex
+	objs     map[string]*object
 	// pending counts, per client, the objects being made (room reserved
 	// them, add has not registered them yet), so concurrent creates cannot
 	// pass MaxObjects together.
 	pending map[string]int
-	done    chan struct{}
-	wg      sync.WaitGroup
-	close   sync.Once
+	// inflight counts, per client, its requests being served (MaxRequests).
+	inflight map[string]int
+	done     chan struct{}
+	wg       sync.WaitGroup
+	close    sync.Once
 }
 
 // object is one leased thing: exactly one of sb, snap and proxy is set.
@@ -107,6 +157,8 @@ type leasedSandbox struct {
 	// proxies maps the pool addresses this sandbox's reports name back to
 	// ids.
 	proxyIDs map[string]string
+	// notes are added to its isolation report: the limits the pool chose.
+	notes []string
 }
 
 // rungCapabilities are what each rung the pool can serve supports. They are
@@ -169,14 +221,44 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if o.MaxObjects <= 0 {
 		o.MaxObjects = DefaultMaxObjects
 	}
+	if o.MaxRequests <= 0 {
+		o.MaxRequests = DefaultMaxRequests
+	}
+	if o.UploadTimeout <= 0 {
+		o.UploadTimeout = DefaultUploadTimeout
+	}
+	if err := o.Limits.check(o.Rung.Name(), caps.Limits); err != nil {
+		return nil, fmt.Errorf("sandbox pool: %w", err)
+	}
+	if !o.Limits.Max.IsZero() {
+		m := o.Limits.Max
+		caps.MaxLimits = &m
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	caps.MaxFileBytes, caps.LeaseTTL = o.MaxFileBytes, o.LeaseTTL
-	s := &Server{o: o, caps: caps, objs: map[string]*object{}, done: make(chan struct{})}
+	s := &Server{o: o, instance: newInstance(), caps: caps, objs: map[string]*object{}, inflight: map[string]int{}, done: make(chan struct{})}
 	s.wg.Add(1)
 	go s.reap()
+	if o.Sweeper != nil {
+		// Every owner this process did not make is an earlier process's.
+		n, err := o.Sweeper.Sweep(ctx, func(owner string) bool { return !strings.HasPrefix(owner, s.instance+" ") })
+		if err != nil {
+			s.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("sandbox pool: removing the sandboxes an earlier pool process left: %w", err)
+		}
+		if n > 0 {
+			o.Logger.Info("removed sandboxes an earlier pool process left", "count", n)
+		}
+	}
 	return s, nil
+}
+
+func newInstance() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return "pool-" + hex.EncodeToString(b)
 }
 
 // Close closes every sandbox and proxy and removes every snapshot.
@@ -351,10 +433,43 @@ func (s *Server) keepalive(owner string, ids []string) []string {
 	return gone
 }
 
-// Identity is who a client certificate names: its subject CN and serial,
-// so two certificates with one CN from different issuances stay apart.
-func Identity(c *x509.Certificate) string {
-	return fmt.Sprintf("CN=%s serial=%s", c.Subject.CommonName, c.SerialNumber.Text(16))
+// Identity is who a verified client certificate chain (leaf first) names:
+// the leaf's subject CN and serial, so two certificates with one CN from
+// different issuances stay apart, and its issuer, so two CAs of the client
+// CA bundle that issue the same CN and serial stay apart too. The issuer is
+// a digest of its public key, not of its name: two CAs may carry the same
+// name, never the same key (the leaf's signature proves which key issued
+// it, so the digest is the same whichever verified chain names it), and a
+// CA renewed over its key keeps its clients' identities. A chain of one is
+// a certificate the bundle holds itself, its own issuer.
+func Identity(chain []*x509.Certificate) string {
+	leaf, issuer := chain[0], chain[0]
+	if len(chain) > 1 {
+		issuer = chain[1]
+	}
+	sum := sha256.Sum256(issuer.RawSubjectPublicKeyInfo)
+	return fmt.Sprintf("CN=%s serial=%s issuer=%x", leaf.Subject.CommonName, leaf.SerialNumber.Text(16), sum[:8])
+}
+
+// admit counts one request of owner's in flight, refusing it when owner
+// has MaxRequests already; release ends it.
+func (s *Server) admit(owner string) (release func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.inflight[owner]; n >= s.o.MaxRequests {
+		return nil, fmt.Errorf("this client has %d requests in flight in the sandbox pool, the most it serves one client at once (evalsid sandboxd --max-requests): nothing was done; retry once one finishes, or run fewer trials at once against this pool", n)
+	}
+	s.inflight[owner]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.inflight[owner]--; s.inflight[owner] <= 0 {
+				delete(s.inflight, owner)
+			}
+		})
+	}, nil
 }
 
 // TLSConfig is the pool's server side: TLS 1.3, and a client certificate
@@ -383,6 +498,17 @@ func ServerTLS(cert tls.Certificate, clientCAs *x509.CertPool) *tls.Config {
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		ClientCAs:    clientCAs,
 	}
+}
+
+// HTTPServer is the pool's HTTP server over tlsCfg (ServerTLS), errors
+// logged to errorLog. Its timeouts bound a client that is slow to send a
+// request or keeps an idle connection; none bounds a response, since an
+// exec streams as long as its command runs and a proxy's events as long
+// as the proxy lives. A slow upload is bounded in its handler
+// (Options.UploadTimeout), JSON bodies by their size.
+func (s *Server) HTTPServer(tlsCfg *tls.Config, errorLog *log.Logger) *http.Server {
+	return &http.Server{Handler: s.Handler(), TLSConfig: tlsCfg, ErrorLog: errorLog,
+		ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 }
 
 // AddProxy adopts a proxy started in this process as owner's, for

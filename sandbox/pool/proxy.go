@@ -4,25 +4,28 @@ import (
 	"sync"
 
 	"evals.si/egress"
+	"evals.si/sandbox/pool/wire"
 )
 
-// maxQueuedEvents bounds the events a proxy keeps for a client that is not
-// reading them; past it the oldest are dropped and the drop is counted.
+// maxQueuedEvents bounds the events a proxy keeps for its client's event
+// stream; past it the oldest are dropped and the drop is counted.
 const maxQueuedEvents = 10000
 
-// proxy is an egress proxy in the pool with its events queued for the
-// client's event stream.
+// proxy is an egress proxy in the pool with its recent events numbered, so
+// a client whose event stream broke asks again from the last it has and
+// loses nothing the pool still holds.
 type proxy struct {
 	h egress.Handle
 
-	mu      sync.Mutex
-	events  []egress.Event
-	dropped int
-	closed  bool
-	wake    chan struct{} // closed and replaced when events arrive or the proxy closes
+	mu sync.Mutex
+	// events[i] has sequence number first+i; sequence numbers start at 1.
+	events []egress.Event
+	first  int64
+	closed bool
+	wake   chan struct{} // closed and replaced when events arrive or the proxy closes
 }
 
-func newProxy(h egress.Handle) *proxy { return &proxy{h: h, wake: make(chan struct{})} }
+func newProxy(h egress.Handle) *proxy { return &proxy{h: h, first: 1, wake: make(chan struct{})} }
 
 func (p *proxy) push(ev egress.Event) {
 	p.mu.Lock()
@@ -32,21 +35,29 @@ func (p *proxy) push(ev egress.Event) {
 	}
 	if len(p.events) >= maxQueuedEvents {
 		p.events = p.events[1:]
-		p.dropped++
+		p.first++
 	}
 	p.events = append(p.events, ev)
 	close(p.wake)
 	p.wake = make(chan struct{})
 }
 
-// take returns the queued events, whether the proxy is closed, and a
+// since returns the events after sequence number after (and how many of
+// those the pool no longer holds), whether the proxy is closed, and a
 // channel that is closed when there is more.
-func (p *proxy) take() ([]egress.Event, bool, <-chan struct{}) {
+func (p *proxy) since(after int64) (evs []wire.ProxyEvent, dropped int64, closed bool, more <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	evs := p.events
-	p.events = nil
-	return evs, p.closed, p.wake
+	next := after + 1
+	if next < p.first {
+		dropped = p.first - next
+		next = p.first
+	}
+	for i := int(next - p.first); i < len(p.events); i++ {
+		ev := p.events[i]
+		evs = append(evs, wire.ProxyEvent{Seq: p.first + int64(i), Event: &ev})
+	}
+	return evs, dropped, p.closed, p.wake
 }
 
 func (p *proxy) close() error {

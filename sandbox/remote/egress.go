@@ -3,9 +3,12 @@ package remote
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -83,24 +86,64 @@ func (h *proxyHandle) Close() error {
 	return nil
 }
 
+// events streams the proxy's events to onEvent until the pool says the
+// proxy closed. A stream that breaks (the connection, the pool's restart
+// of a listener) is asked for again after the last event received, so no
+// event the pool still holds is lost or delivered twice.
 func (h *proxyHandle) events(ctx context.Context, onEvent func(egress.Event)) {
 	defer close(h.done)
-	resp, err := h.p.request(ctx, http.MethodGet, wire.PathProxies+"/"+h.id+"/events", nil, "")
-	if err != nil {
-		if ctx.Err() == nil {
-			h.p.logger.Warn("streaming a pool proxy's events", "proxy", h.id, "err", err)
+	var after int64
+	wait := 100 * time.Millisecond
+	for {
+		closed, got, err := h.stream(ctx, &after, onEvent)
+		if closed || ctx.Err() != nil {
+			return
 		}
-		return
+		var re *remoteError
+		if errors.As(err, &re) && re.status == http.StatusNotFound {
+			return // the proxy is gone (closed, or its lease expired)
+		}
+		h.p.logger.Warn("a pool proxy's event stream broke; asking again from the last event", "proxy", h.id, "after", after, "err", err)
+		if got {
+			wait = 100 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// stream reads one event stream from after on, advancing after; it
+// reports whether the pool said the proxy closed and whether any line came.
+func (h *proxyHandle) stream(ctx context.Context, after *int64, onEvent func(egress.Event)) (closed, got bool, err error) {
+	resp, err := h.p.request(ctx, http.MethodGet, wire.PathProxies+"/"+h.id+"/events?after="+strconv.FormatInt(*after, 10), nil, "")
+	if err != nil {
+		return false, false, err
 	}
 	defer resp.Body.Close()
 	dec := json.NewDecoder(resp.Body)
 	for {
-		var ev egress.Event
+		var ev wire.ProxyEvent
 		if err := dec.Decode(&ev); err != nil {
-			return
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF // a stream ends with Closed
+			}
+			return false, got, err
 		}
-		if onEvent != nil {
-			onEvent(ev)
+		got = true
+		switch {
+		case ev.Closed:
+			return true, got, nil
+		case ev.Dropped > 0:
+			h.p.logger.Warn("a pool proxy dropped events this client had not read (it keeps the latest 10000)", "proxy", h.id, "dropped", ev.Dropped)
+		case ev.Event != nil && ev.Seq > *after:
+			*after = ev.Seq
+			if onEvent != nil {
+				onEvent(*ev.Event)
+			}
 		}
 	}
 }

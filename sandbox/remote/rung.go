@@ -78,7 +78,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Sandbox,
 	}
 	req := wire.CreateRequest{
 		Image: cfg.Image, ImageDigest: cfg.ImageDigest, Workdir: cfg.Workdir, Env: cfg.Env, User: cfg.User,
-		ReadOnlyRoot: cfg.ReadOnlyRoot, CommandTimeout: cfg.CommandTimeout,
+		ReadOnlyRoot: cfg.ReadOnlyRoot, CommandTimeout: cfg.CommandTimeout, Run: cfg.Run,
 		Limits: wire.Limits{MemoryMB: cfg.Limits.MemoryMB, PidsMax: cfg.Limits.PidsMax, FileSizeMB: cfg.Limits.FileSizeMB,
 			CPUs: cfg.Limits.CPUs, Cgroup: cfg.Limits.Cgroup, DiskMB: cfg.Limits.DiskMB},
 	}
@@ -192,11 +192,17 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	var stdout, stderr []byte
 	truncated := false
 	// The pool's rung already capped the output; a pool sending more is
-	// cut here, as the local rung would.
-	appendCapped := func(dst, chunk []byte) []byte {
+	// cut here, as the local rung would. What is kept goes to req.Output
+	// as its frame arrives (the pool sends frames as its rung gives them
+	// out), so the hook gets exactly a prefix of the result's streams,
+	// from this goroutine only, and never after Exec returns.
+	appendCapped := func(dst, chunk []byte, isStderr bool) []byte {
 		if room := limit - len(dst); len(chunk) > room {
 			truncated = true
 			chunk = chunk[:max(room, 0)]
+		}
+		if len(chunk) > 0 && req.Output != nil {
+			req.Output(isStderr, chunk)
 		}
 		return append(dst, chunk...)
 	}
@@ -218,8 +224,8 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 			res.Truncated = res.Truncated || truncated
 			return res, nil
 		}
-		stdout = appendCapped(stdout, f.Stdout)
-		stderr = appendCapped(stderr, f.Stderr)
+		stdout = appendCapped(stdout, f.Stdout, false)
+		stderr = appendCapped(stderr, f.Stderr, true)
 	}
 }
 

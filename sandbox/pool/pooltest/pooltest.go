@@ -19,13 +19,13 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"evals.si/image"
+	"evals.si/sandbox"
 	"evals.si/sandbox/bwrap/bwraptest"
 	"evals.si/sandbox/pool"
 	"evals.si/sandbox/remote"
@@ -77,12 +77,19 @@ func (ca *CA) Pool() *x509.CertPool {
 // localhost) or a client one. With ca nil it is self-signed.
 func Issue(t testing.TB, ca *CA, cn string, server bool) tls.Certificate {
 	t.Helper()
+	return IssueSerial(t, ca, cn, server, serial(t))
+}
+
+// IssueSerial is Issue with the certificate's serial number chosen, as
+// two CAs may both choose one.
+func IssueSerial(t testing.TB, ca *CA, cn string, server bool, sn *big.Int) tls.Certificate {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(t), Subject: pkix.Name{CommonName: cn},
+		SerialNumber: sn, Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
@@ -130,6 +137,25 @@ type Options struct {
 	// AllowLocalImages lets clients name oci-layout: images of this
 	// machine (the local benchmark image).
 	AllowLocalImages bool
+	// NoHostRoot refuses sandboxes without an image, as sandboxd does
+	// without --allow-host-root; by default the test pool runs them on
+	// this machine's root, as the suites' imageless sandboxes expect.
+	NoHostRoot bool
+	// AllowRegistries are registries on this machine the pool may pull
+	// from (pool.Options.AllowRegistries; its store's transport is
+	// pool.RegistryTransport of them, as sandboxd's).
+	AllowRegistries []string
+	// Limits bound the sandboxes' limits (pool.Options.Limits).
+	Limits pool.Limits
+	// MaxRequests, UploadTimeout (default: the pool's).
+	MaxRequests   int
+	UploadTimeout time.Duration
+	// MoreClientCAs are trusted for client certificates beside ClientCA
+	// (a client CA bundle of several CAs).
+	MoreClientCAs []*CA
+	// Rung, when set, is the pool's rung made from the bwrap one (a test
+	// that changes what a rung does, around the real one).
+	Rung func(bwrap sandbox.Rung) sandbox.Rung
 }
 
 // Running is a pool serving on loopback.
@@ -144,13 +170,21 @@ type Running struct {
 // EVALSI_STRICT, without bubblewrap) until the test ends.
 func Start(t testing.TB, o Options) *Running {
 	t.Helper()
-	rung := bwraptest.Rung(t)
+	var rung sandbox.Rung = bwraptest.Rung(t)
+	if o.Rung != nil {
+		rung = o.Rung(rung)
+	}
 	dir := t.TempDir()
-	imgs, err := image.Open(filepath.Join(dir, "images"), slog.Default())
+	tr, err := pool.RegistryTransport(o.AllowRegistries, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := pool.New(context.Background(), pool.Options{Rung: rung, Images: imgs, StateDir: filepath.Join(dir, "state"), LeaseTTL: o.LeaseTTL, MaxFileBytes: o.MaxFileBytes, AllowLocalImages: o.AllowLocalImages})
+	imgs, err := image.Open(filepath.Join(dir, "images"), slog.Default(), image.WithTransport(tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := pool.New(context.Background(), pool.Options{Rung: rung, Images: imgs, StateDir: filepath.Join(dir, "state"), LeaseTTL: o.LeaseTTL,
+		MaxFileBytes: o.MaxFileBytes, AllowLocalImages: o.AllowLocalImages, AllowHostRoot: !o.NoHostRoot, AllowRegistries: o.AllowRegistries, Limits: o.Limits, MaxRequests: o.MaxRequests, UploadTimeout: o.UploadTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,9 +194,13 @@ func Start(t testing.TB, o Options) *Running {
 		t.Fatal(err)
 	}
 	r.Addr = ln.Addr().String()
-	hs := &http.Server{Handler: srv.Handler(), TLSConfig: pool.ServerTLS(Issue(t, r.ServerCA, "pool", true), r.ClientCA.Pool()),
-		// Refused handshakes are what several tests are about.
-		ErrorLog: log.New(io.Discard, "", 0)}
+	clientCAs := r.ClientCA.Pool()
+	for _, ca := range o.MoreClientCAs {
+		clientCAs.AddCert(ca.Cert)
+	}
+	// The server sandboxd serves, with its timeouts; refused handshakes
+	// are what several tests are about.
+	hs := srv.HTTPServer(pool.ServerTLS(Issue(t, r.ServerCA, "pool", true), clientCAs), log.New(io.Discard, "", 0))
 	go hs.ServeTLS(ln, "", "")
 	t.Cleanup(func() {
 		hs.Close()
@@ -186,10 +224,16 @@ func (r *Running) ClientTLS(cert *tls.Certificate) *tls.Config {
 // CA), closed when the test ends.
 func (r *Running) Dial(t testing.TB, cn string) *remote.Pool {
 	t.Helper()
-	c := Issue(t, r.ClientCA, cn, false)
+	return r.DialCert(t, Issue(t, r.ClientCA, cn, false))
+}
+
+// DialCert dials the pool with the client certificate c, closed when the
+// test ends.
+func (r *Running) DialCert(t testing.TB, c tls.Certificate) *remote.Pool {
+	t.Helper()
 	p, err := remote.Dial(context.Background(), remote.Options{Address: r.Addr, TLS: r.ClientTLS(&c)})
 	if err != nil {
-		t.Fatalf("dialling the pool as %s: %v", cn, err)
+		t.Fatalf("dialling the pool as %s: %v", c.Leaf.Subject.CommonName, err)
 	}
 	t.Cleanup(func() { p.Close() })
 	return p

@@ -32,7 +32,8 @@ type Hello struct {
 	Rung      string        `json:"rung"`
 	Isolation sandbox.Level `json:"isolation"`
 	// Identity is the calling client as the pool knows it (its
-	// certificate's subject CN and serial): every object it makes is its.
+	// certificate's subject CN and serial, and a digest of the key of the
+	// CA that issued it): every object it makes is its.
 	Identity     string       `json:"identity"`
 	Capabilities Capabilities `json:"capabilities"`
 }
@@ -53,18 +54,47 @@ type Capabilities struct {
 	MaxFileBytes int64 `json:"max_file_bytes"`
 	// LeaseTTL is how long an object lives without a keepalive.
 	LeaseTTL time.Duration `json:"lease_ttl"`
+	// MaxLimits are the most a sandbox of this pool may ask of each limit
+	// (the operator's, `evalsid sandboxd --max-…`); nil: the pool bounds
+	// none. A request over one is refused; a limit left zero gets the
+	// pool's default for it, which is at most the maximum, so a client
+	// never runs with less bound than these.
+	MaxLimits *LimitValues `json:"max_limits,omitempty"`
 }
+
+// LimitValues are one value per sandbox limit a pool bounds; a zero field
+// bounds nothing. CommandTimeout bounds every command, whatever timeout
+// its exec asks for.
+type LimitValues struct {
+	MemoryMB       int           `json:"memory_mb,omitempty"`
+	PidsMax        int           `json:"pids_max,omitempty"`
+	CPUs           float64       `json:"cpus,omitempty"`
+	DiskMB         int           `json:"disk_mb,omitempty"`
+	FileSizeMB     int           `json:"file_size_mb,omitempty"`
+	CommandTimeout time.Duration `json:"command_timeout,omitempty"`
+}
+
+// IsZero says no field is set.
+func (l LimitValues) IsZero() bool { return l == LimitValues{} }
 
 // Error is every non-2xx body.
 type Error struct {
 	Error string `json:"error"`
 	// Code is "unsupported" for an operation the pool's rung lacks
-	// (errors.ErrUnsupported on the client), else empty.
+	// (errors.ErrUnsupported on the client), "busy" for a request refused
+	// because the client has too many in flight (429), else empty.
 	Code string `json:"code,omitempty"`
 }
 
-// CodeUnsupported marks errors.ErrUnsupported.
-const CodeUnsupported = "unsupported"
+// Error codes.
+const (
+	// CodeUnsupported marks errors.ErrUnsupported.
+	CodeUnsupported = "unsupported"
+	// CodeBusy marks a 429: the client has as many requests in flight as
+	// the pool serves one client at once. Nothing was done; the same
+	// request may be sent again once one of the others has finished.
+	CodeBusy = "busy"
+)
 
 // ImageRequest resolves an image in the pool's own store.
 type ImageRequest struct {
@@ -92,6 +122,9 @@ type Image struct {
 type CreateRequest struct {
 	Image       string `json:"image,omitempty"`
 	ImageDigest string `json:"image_digest,omitempty"`
+	// Run is sandbox.Config.Run: a run id the pool's rung may label its
+	// sandboxes with (the pod rung: evals.si/run).
+	Run string `json:"run,omitempty"`
 	// Snapshots are snapshot ids of this client's, topmost first.
 	Snapshots      []string          `json:"snapshots,omitempty"`
 	Workdir        string            `json:"workdir"`
@@ -161,4 +194,17 @@ type Keepalive struct {
 // the client's).
 type KeepaliveResult struct {
 	Gone []string `json:"gone,omitempty"`
+}
+
+// ProxyEvent is one line of a proxy's event stream (GET
+// …/proxies/{id}/events?after=N): an event with its sequence number (from
+// 1), a count of events after N the pool no longer holds (Dropped: it
+// keeps the latest 10000), or, last, Closed: the proxy closed and every
+// event was sent. A stream that ends without Closed broke; the client asks
+// again with after set to the last Seq it has.
+type ProxyEvent struct {
+	Seq     int64         `json:"seq,omitempty"`
+	Event   *egress.Event `json:"event,omitempty"`
+	Dropped int64         `json:"dropped,omitempty"`
+	Closed  bool          `json:"closed,omitempty"`
 }
