@@ -33,7 +33,28 @@ type ErrorBody struct {
 	Message string `json:"message"`
 	// Field names the request field (or spec field path) at fault.
 	Field string `json:"field,omitempty"`
+	// Reason, when set, says more of why, as a stable machine name: a
+	// worker's write refused as lease_lost has reason ReasonCancelled when
+	// the attempt's run was cancelled.
+	Reason string `json:"reason,omitempty"`
 }
+
+// ReasonCancelled is the Reason of a lease_lost error when the attempt's
+// run was cancelled: the worker stops the attempt and reports nothing more
+// of it (a worker that does not know the reason treats it as any lost
+// lease, which comes to the same).
+const ReasonCancelled = "cancelled"
+
+// Run statuses (Run.Status). A run is running until it ends completed,
+// failed or cancelled (POST /v1/runs/{id}/cancel); interrupted is a run of
+// embedded mode stopped to be resumed.
+const (
+	RunRunning     = "running"
+	RunCompleted   = "completed"
+	RunInterrupted = "interrupted"
+	RunFailed      = "failed"
+	RunCancelled   = "cancelled"
+)
 
 // SubmitRequest starts a run.
 type SubmitRequest struct {
@@ -58,7 +79,7 @@ type Run struct {
 	Error          string    `json:"error,omitempty"`
 	DatasetVersion string    `json:"dataset_version,omitempty"`
 	// Counts are the run's trials by status (pending, running, finished,
-	// errored).
+	// errored, cancelled).
 	Counts map[string]int `json:"counts"`
 	// Summary is the run's summary once it has finished (the object
 	// `evalsi run --json` prints, with aggregate details).

@@ -156,7 +156,7 @@ func Promote(ctx context.Context, st PromoteStore, runID string, o Options) (add
 	var picked []store.Trial
 	var cost uint64
 	for _, t := range trials {
-		if t.Unfinished() || t.Status == store.TrialLost {
+		if t.Unfinished() || t.Status == store.TrialLost || t.Status == store.TrialCancelled {
 			continue
 		}
 		errored := t.Status == store.TrialErrored

@@ -18,13 +18,15 @@ import (
 
 // Metrics is what `evalsid worker --metrics-listen` serves: /healthz (the
 // process is up), /readyz (its last lease request reached the server) and
-// /metrics (trials leased, finished by outcome, running now, leases lost),
-// on a registry of its own. It counts by watching the worker's queue.
+// /metrics (trials leased, finished by outcome, running now, leases lost,
+// attempts stopped because their run was cancelled), on a registry of its
+// own. It counts by watching the worker's queue.
 type Metrics struct {
-	reg      *prometheus.Registry
-	leased   prometheus.Counter
-	finished *prometheus.CounterVec
-	lost     prometheus.Counter
+	reg       *prometheus.Registry
+	leased    prometheus.Counter
+	finished  *prometheus.CounterVec
+	lost      prometheus.Counter
+	cancelled prometheus.Counter
 
 	mu sync.Mutex
 	// reached is whether the last lease request got an answer; why says
@@ -59,6 +61,9 @@ func NewMetrics() *Metrics {
 		lost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "evalsid_worker_lease_losses_total", Help: "Attempts dropped because the server took their lease back.",
 		}),
+		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "evalsid_worker_trials_cancelled_total", Help: "Attempts stopped because their run was cancelled on the server.",
+		}),
 		why:  "no lease request has reached the server yet",
 		live: map[leaseKey]time.Time{},
 	}
@@ -68,7 +73,7 @@ func NewMetrics() *Metrics {
 	for _, o := range []string{"completed", "errored", "retried"} {
 		m.finished.WithLabelValues(o)
 	}
-	m.reg.MustRegister(m.leased, m.finished, running, m.lost,
+	m.reg.MustRegister(m.leased, m.finished, running, m.lost, m.cancelled,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -206,13 +211,18 @@ func (q *meteredQueue) Finish(ctx context.Context, l *engine.Lease, o *engine.Ou
 	return err
 }
 
-// lostIf ends the attempt as lost when err says its lease was taken back.
+// lostIf ends the attempt as lost when err says its lease was taken back,
+// or as cancelled when that was because its run was cancelled.
 func (q *meteredQueue) lostIf(l *engine.Lease, err error) bool {
 	if !errors.Is(err, engine.ErrLeaseLost) {
 		return false
 	}
 	if q.m.ended(l) {
-		q.m.lost.Inc()
+		if errors.Is(err, ErrCancelled) {
+			q.m.cancelled.Inc()
+		} else {
+			q.m.lost.Inc()
+		}
 	}
 	return true
 }

@@ -64,7 +64,7 @@ func Run(ctx context.Context, o Options) error {
 		o.Dir = wd
 	}
 	red := &store.Redaction{}
-	var q engine.Queue = o.Client.Queue(red.JSON)
+	var q engine.Queue = newCancelQueue(o.Client.Queue(red.JSON), o.Logger.With("worker", o.Name))
 	if o.Metrics != nil {
 		q = o.Metrics.queue(q)
 	}

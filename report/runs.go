@@ -91,6 +91,7 @@ type junitSuite struct {
 	Tests    int         `xml:"tests,attr"`
 	Failures int         `xml:"failures,attr"`
 	Errors   int         `xml:"errors,attr"`
+	Skipped  int         `xml:"skipped,attr,omitempty"`
 	Cases    []junitCase `xml:"testcase"`
 }
 
@@ -100,6 +101,7 @@ type junitCase struct {
 	Time      float64       `xml:"time,attr"`
 	Failure   *junitMessage `xml:"failure,omitempty"`
 	Error     *junitMessage `xml:"error,omitempty"`
+	Skipped   *junitMessage `xml:"skipped,omitempty"`
 	SystemOut string        `xml:"system-out,omitempty"`
 }
 
@@ -129,6 +131,10 @@ func WriteJUnit(w io.Writer, d RunDetail, pass string) error {
 		sort.Strings(parts)
 		c.SystemOut = strings.Join(parts, "\n")
 		switch {
+		case t.Status == store.TrialCancelled:
+			// Cancelled with its run: it neither passed, failed nor errored.
+			c.Skipped = &junitMessage{Message: "cancelled with its run"}
+			suite.Skipped++
 		case t.Status == store.TrialErrored:
 			c.Error = &junitMessage{Message: t.ErrorKind, Type: "infra", Text: t.Error}
 			suite.Errors++

@@ -141,8 +141,9 @@ type FinalizeOptions struct {
 // Finalize summarizes a run from its stored trials and records its end:
 // completed when every trial finished; interrupted on request; failed when
 // trials are left unfinished otherwise (their results could not be
-// recorded: resume runs them again). The summary is the same whichever
-// workers ran the trials, in whatever order.
+// recorded: resume runs them again); cancelled when it was cancelled
+// (store CancelRun). The summary is the same whichever workers ran the
+// trials, in whatever order.
 func Finalize(ctx context.Context, st Store, runID string, o FinalizeOptions) (*engine.Summary, error) {
 	run, err := st.GetRun(ctx, runID)
 	if err != nil {
@@ -169,6 +170,11 @@ func Finalize(ctx context.Context, st Store, runID string, o FinalizeOptions) (*
 	status, errMsg := engine.StatusCompleted, ""
 	unfinished := counts[store.TrialPending] + counts[store.TrialRunning]
 	switch {
+	case run.Status == store.RunCancelled:
+		// Its unfinished trials were cancelled with it: they count as
+		// neither passed, failed nor errored, and the scores are those of
+		// the trials that finished before.
+		status = store.RunCancelled
 	case o.Interrupted:
 		status = engine.StatusInterrupted
 	case unfinished > 0:

@@ -212,9 +212,9 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, p access.Princ
 	}
 	status := q.Get("status")
 	switch status {
-	case "", store.RunRunning, store.RunCompleted, store.RunInterrupted, store.RunFailed:
+	case "", store.RunRunning, store.RunCompleted, store.RunInterrupted, store.RunFailed, store.RunCancelled:
 	default:
-		return badRequest("status", "status must be one of %s, %s, %s, %s, not %q", store.RunRunning, store.RunCompleted, store.RunInterrupted, store.RunFailed, status)
+		return badRequest("status", "status must be one of %s, %s, %s, %s, %s, not %q", store.RunRunning, store.RunCompleted, store.RunInterrupted, store.RunFailed, store.RunCancelled, status)
 	}
 	// The cursor must be a run of this project: another project's run
 	// would page by its creation time, telling that it exists and when.
@@ -257,6 +257,42 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, p access.Princip
 		return err
 	}
 	out, err := s.apiRun(r.Context(), run)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// cancelRun cancels a run (runs.cancel): its pending trials never start,
+// its running ones lose their lease (each worker is told at its next
+// heartbeat and stops the attempt), and the run is summarized as cancelled
+// over the trials that finished before. Cancelling a run that has ended
+// returns it as it is; so does cancelling it again, which also records the
+// summary if an earlier cancel could not (the server stopped between the
+// two).
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, p access.Principal) error {
+	run, err := s.readRun(r.Context(), p, r.PathValue("id"), access.PermRunsCancel)
+	if err != nil {
+		return err
+	}
+	// Once the store has the cancel, the summary follows even when the
+	// client goes away.
+	ctx := context.WithoutCancel(r.Context())
+	after, err := s.o.Store.CancelRun(ctx, run.ID)
+	if err != nil {
+		return err
+	}
+	if run.Status == store.RunRunning && after.Status == store.RunCancelled {
+		s.log.Info("run cancelled", "run", run.ID, "project", run.Project, "by", p.ID)
+	}
+	if after.Status == store.RunCancelled && len(after.Summary) == 0 {
+		s.finalizeIfDone(ctx, run.ID)
+		if after, err = s.o.Store.GetRun(ctx, run.ID); err != nil {
+			return err
+		}
+	}
+	out, err := s.apiRun(ctx, after)
 	if err != nil {
 		return err
 	}

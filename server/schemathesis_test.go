@@ -145,14 +145,15 @@ var workerWrite = regexp.MustCompile(`^/v1/worker/trials/([^/]+)/(heartbeat|even
 
 // check compares the state before and after a pass against the 2xx
 // responses logged: a new run must be one a 201 returned; a changed or new
-// attempt must belong to such a run, or be one a lease returned or a 2xx
-// worker write named; a changed file must be a promoted dataset a 200
-// promote added to. Anything else was written by a refused request.
+// attempt must belong to such a run or to one a 200 cancel returned, or be
+// one a lease returned or a 2xx worker write named; a changed file must be
+// a promoted dataset a 200 promote added to. Anything else was written by
+// a refused request.
 func (l *successLog) check(t *testing.T, before, after map[string]string) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	created, touched, promoted := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	created, touched, promoted, cancelled := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
 	counts := map[string]int{}
 	for _, s := range l.all {
 		counts[s.method+" "+s.path]++
@@ -169,6 +170,13 @@ func (l *successLog) check(t *testing.T, before, after map[string]string) {
 				t.Errorf("a 200 from lease without a lease: %s", s.body)
 			}
 			touched[lease.TrialID] = true
+		case strings.HasSuffix(s.path, "/cancel") && s.status == http.StatusOK:
+			// A cancel writes the run's unfinished attempts (cancelled).
+			var run api.Run
+			if err := json.Unmarshal(s.body, &run); err != nil || run.ID == "" {
+				t.Errorf("a 200 from cancel without a run: %s", s.body)
+			}
+			cancelled[run.ID] = true
 		case workerWrite.MatchString(s.path):
 			touched[workerWrite.FindStringSubmatch(s.path)[1]] = true
 		case strings.HasSuffix(s.path, "/promote"):
@@ -193,7 +201,7 @@ func (l *successLog) check(t *testing.T, before, after map[string]string) {
 			ok = created[id]
 		case "attempt":
 			run, _, _ := strings.Cut(strings.TrimPrefix(v, "run="), " ")
-			ok = created[run] || touched[id]
+			ok = created[run] || touched[id] || cancelled[run]
 		case "file":
 			ok = promoted[k]
 		}

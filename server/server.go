@@ -152,6 +152,7 @@ func (s *Server) table() []route {
 		r("GET", "/v1/runs/{id}/trials", s.authed(s.listTrials)),
 		r("GET", "/v1/runs/{id}/export", s.authed(s.exportRun)),
 		r("POST", "/v1/runs/{id}/promote", s.authed(s.promote)),
+		r("POST", "/v1/runs/{id}/cancel", s.authed(s.cancelRun)),
 		r("GET", "/v1/trials/{id}/events", s.authed(s.trialEvents)),
 		r("GET", "/v1/datasets", s.authed(s.listDatasets)),
 		r("GET", "/v1/datasets/{path...}", s.authed(s.getDataset)),
@@ -317,6 +318,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is over the limit of %d bytes", mbe.Limit), "")
 	case errors.Is(err, access.ErrDenied):
 		writeError(w, http.StatusForbidden, "forbidden", err.Error(), "")
+	case errors.Is(err, store.ErrCancelled):
+		// A lost lease to every worker; the reason tells one that knows it.
+		writeJSON(w, http.StatusConflict, api.Error{Error: api.ErrorBody{Code: "lease_lost", Reason: api.ReasonCancelled, Message: err.Error()}})
 	case errors.Is(err, store.ErrLeaseLost):
 		writeError(w, http.StatusConflict, "lease_lost", err.Error(), "")
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrAmbiguous):

@@ -294,7 +294,9 @@ func saneOutcome(o *engine.Outcome) error {
 
 // finalizeIfDone summarizes the run when its last trial has finished. Two
 // workers finishing the last two trials at once may both get here; both
-// write the same summary.
+// write the same summary. A cancelled run is done once none of its trials
+// is still running (cancelling ends them all at once), and is summarized
+// as cancelled (runqueue.Finalize), unless it has its summary already.
 func (s *Server) finalizeIfDone(ctx context.Context, runID string) {
 	done, err := runqueue.Done(ctx, s.o.Store, runID)
 	if err != nil || !done {
@@ -304,7 +306,11 @@ func (s *Server) finalizeIfDone(ctx context.Context, runID string) {
 		return
 	}
 	run, err := s.o.Store.GetRun(ctx, runID)
-	if err != nil || run.Status != store.RunRunning {
+	if err != nil {
+		s.log.Warn("reading a finished run", "run", runID, "err", err)
+		return
+	}
+	if run.Status != store.RunRunning && (run.Status != store.RunCancelled || len(run.Summary) > 0) {
 		return
 	}
 	sp, err := run.DecodeSpec()

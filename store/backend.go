@@ -33,7 +33,9 @@ type Runs interface {
 	// ListRuns lists runs newest first.
 	ListRuns(ctx context.Context, opt ListRunsOptions) ([]Run, error)
 	// FinishRun records a run's end; FinishRun of a run already finished
-	// with a terminal status overwrites it (resume finishes a run again).
+	// with a terminal status overwrites it (resume finishes a run again),
+	// except that a cancelled run stays cancelled (its summary is
+	// recorded).
 	FinishRun(ctx context.Context, id, status string, summary json.RawMessage, errMsg string) error
 	// ResumeRun puts an interrupted, failed or killed (still running) run
 	// back in status running and returns it.
@@ -45,8 +47,9 @@ type Runs interface {
 // trial's current state. Attempts go through:
 //
 //	pending ──Lease──> running ──Complete──> finished | errored
-//	                      │            └─ Complete{Retry} ─> errored, plus attempt+1 pending
-//	                      └─ lease expired, Requeue ─> lost, plus attempt+1 pending
+//	   │                  │            └─ Complete{Retry} ─> errored, plus attempt+1 pending
+//	   │                  ├─ lease expired, Requeue ─> lost, plus attempt+1 pending
+//	   └──── CancelRun ───┴─> cancelled
 //
 // Every claim takes a new, store-wide increasing lease epoch; every write a
 // leaseholder makes (AppendLeased, Heartbeat, Complete) is checked against
@@ -83,6 +86,16 @@ type Queue interface {
 	// trial has lost MaxLost attempts already, in which case it is errored
 	// with error kind "lease". It returns the attempts it took back.
 	Requeue(ctx context.Context, req RequeueRequest) ([]Trial, error)
+	// CancelRun cancels a running run (id or a unique id prefix) in one
+	// transaction: the run becomes cancelled, with the time, and every
+	// pending or running attempt of it cancelled, so no lease hands a
+	// trial of it out again and a worker's next write under a lease of it
+	// (Heartbeat, AppendLeased, Complete) fails with ErrCancelled and
+	// writes nothing. Trials enqueued into a cancelled run are cancelled
+	// too. A run that is not running (cancelled, finished, interrupted)
+	// is returned unchanged. The run's summary is left to the caller
+	// (runqueue.Finalize), as for any run whose trials are all done.
+	CancelRun(ctx context.Context, id string) (Run, error)
 
 	// ListTrials returns the current (highest) attempt of every trial of a
 	// run, in enqueue order.

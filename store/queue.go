@@ -43,16 +43,26 @@ func (s *Store) Enqueue(ctx context.Context, runID string, trials []TrialInput) 
 		records[i] = rec
 	}
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var runStatus string
+		err := tx.QueryRowContext(ctx, "SELECT status FROM runs WHERE id = ?", runID).Scan(&runStatus)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("run %s: %w", runID, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
 		var seq int
 		if err := tx.QueryRowContext(ctx, "SELECT coalesce(max(seq), 0) FROM trials WHERE run_id = ?", runID).Scan(&seq); err != nil {
 			return err
 		}
-		if seq == 0 {
-			if err := runExistsIn(ctx, tx, runID); err != nil {
-				return err
-			}
-		}
 		now := time.Now()
+		// Trials of a cancelled run (cancelled while it was being
+		// submitted) are born cancelled: none may wait for a lease that
+		// never comes.
+		status, finished := TrialPending, any(nil)
+		if runStatus == RunCancelled {
+			status, finished = TrialCancelled, formatTime(now)
+		}
 		for i, in := range trials {
 			var one int
 			err := tx.QueryRowContext(ctx, "SELECT 1 FROM trials WHERE run_id = ? AND record_id = ? AND trial = ? LIMIT 1",
@@ -64,9 +74,9 @@ func (s *Store) Enqueue(ctx context.Context, runID string, trials []TrialInput) 
 				return err
 			}
 			seq++
-			err = insertWithNewID(ctx, tx, now, `INSERT INTO trials (id, run_id, record_id, trial, attempt, seq, status, record, created_at)
-				VALUES (?, ?, ?, ?, 1, ?, 'pending', ?, ?)`,
-				runID, in.RecordID, in.Trial, seq, records[i], formatTime(now))
+			err = insertWithNewID(ctx, tx, now, `INSERT INTO trials (id, run_id, record_id, trial, attempt, seq, status, record, created_at, finished_at)
+				VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`,
+				runID, in.RecordID, in.Trial, seq, status, records[i], formatTime(now), finished)
 			if err != nil {
 				return fmt.Errorf("trial %d (%s): %w", i, in, err)
 			}
@@ -210,6 +220,8 @@ func leaseLost(ctx context.Context, tx *sql.Tx, l Lease) error {
 		return fmt.Errorf("the attempt does not exist: %w", ErrLeaseLost)
 	case err != nil:
 		return err
+	case status == TrialCancelled:
+		return fmt.Errorf("the attempt was cancelled (lease epoch %d, this lease %d): %w", epoch, l.Epoch, ErrCancelled)
 	case status != TrialRunning:
 		return fmt.Errorf("the attempt is %s (lease epoch %d, this lease %d): %w", status, epoch, l.Epoch, ErrLeaseLost)
 	default:
@@ -493,15 +505,4 @@ func (s *Store) Requeue(ctx context.Context, req RequeueRequest) ([]Trial, error
 
 func isPrimaryKeyViolation(err error) bool {
 	return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
-}
-
-func runExistsIn(ctx context.Context, q querier, runID string) error {
-	var n int
-	if err := q.QueryRowContext(ctx, "SELECT count(*) FROM runs WHERE id = ?", runID).Scan(&n); err != nil {
-		return err
-	}
-	if n == 0 {
-		return fmt.Errorf("run %s: %w", runID, ErrNotFound)
-	}
-	return nil
 }

@@ -12,8 +12,9 @@ import (
 	"evals.si/spec"
 )
 
-// Run statuses. A run is running until FinishRun; a process that dies leaves
-// it running, which resume treats like interrupted.
+// Run statuses. A run is running until FinishRun (or CancelRun: see
+// RunCancelled); a process that dies leaves it running, which resume treats
+// like interrupted.
 const (
 	RunRunning     = "running"
 	RunCompleted   = "completed"
@@ -88,7 +89,7 @@ const runColumns = "id, name, spec, spec_path, status, created_at, finished_at, 
 
 func validRunStatus(s string) bool {
 	switch s {
-	case RunRunning, RunCompleted, RunInterrupted, RunFailed:
+	case RunRunning, RunCompleted, RunInterrupted, RunFailed, RunCancelled:
 		return true
 	}
 	return false
@@ -152,11 +153,14 @@ func (s *Store) CreateRun(ctx context.Context, in RunInput) (Run, error) {
 	}
 }
 
-// FinishRun ends a run with a terminal status (completed, interrupted or
-// failed), a summary snapshot (may be nil) and an error message (may be "").
+// FinishRun ends a run with a terminal status (completed, interrupted,
+// failed or cancelled), a summary snapshot (may be nil) and an error
+// message (may be ""). A cancelled run stays cancelled whatever status is
+// given: a finalizer that read the run just before CancelRun does not undo
+// it.
 func (s *Store) FinishRun(ctx context.Context, id, status string, summary json.RawMessage, errMsg string) error {
 	if !validRunStatus(status) || status == RunRunning {
-		return fmt.Errorf("finishing run %s: status %q is not one of %s, %s, %s", id, status, RunCompleted, RunInterrupted, RunFailed)
+		return fmt.Errorf("finishing run %s: status %q is not one of %s, %s, %s, %s", id, status, RunCompleted, RunInterrupted, RunFailed, RunCancelled)
 	}
 	errMsg = s.redact.text(errMsg)
 	sum, err := nullJSON("summary", s.redact.json(summary))
@@ -164,8 +168,8 @@ func (s *Store) FinishRun(ctx context.Context, id, status string, summary json.R
 		return fmt.Errorf("finishing run %s: %w", id, err)
 	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, "UPDATE runs SET status = ?, finished_at = ?, summary = ?, error = ? WHERE id = ?",
-			status, formatTime(time.Now()), sum, errMsg, id)
+		res, err := tx.ExecContext(ctx, "UPDATE runs SET status = CASE status WHEN ?1 THEN ?1 ELSE ?2 END, finished_at = ?3, summary = ?4, error = ?5 WHERE id = ?6",
+			RunCancelled, status, formatTime(time.Now()), sum, errMsg, id)
 		if err != nil {
 			return err
 		}

@@ -19,9 +19,11 @@
 // Trials: a trial (one trial index of one record) has one row per attempt,
 // pending, running, finished (Passed holds the checker's verdict when there
 // is one), errored (an infrastructure error prevented a verdict; errors are
-// never scores) or lost (its lease ran out and a new attempt took its
-// place). Workers lease attempts through the Queue (queue.go, backend.go),
-// under a fencing epoch every leaseholder write is checked against.
+// never scores), lost (its lease ran out and a new attempt took its
+// place) or cancelled (its run was cancelled before it finished; neither a
+// result nor an error). Workers lease attempts through the Queue
+// (queue.go, backend.go), under a fencing epoch every leaseholder write is
+// checked against.
 package store
 
 import (

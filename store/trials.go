@@ -12,8 +12,8 @@ import (
 )
 
 // Trial statuses. pending and running are unfinished (resume reruns them);
-// finished and errored are terminal; so is TrialLost (backend.go), an
-// attempt a later attempt replaced.
+// finished and errored are terminal; so are TrialLost (backend.go), an
+// attempt a later attempt replaced, and TrialCancelled (cancel.go).
 const (
 	TrialPending  = "pending"
 	TrialRunning  = "running"

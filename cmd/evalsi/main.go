@@ -58,6 +58,7 @@ Usage:
   evalsi runs export RUN --format jsonl|parquet [-o PATH] [--store PATH]
   evalsi view [--store PATH] [--listen 127.0.0.1:0]
   evalsi run --resume RUN | evalsi runs resume RUN [--store PATH] [--json]
+  evalsi runs cancel RUN --server URL [--json]
   evalsi datasets inspect URI [--json]
   evalsi promote RUN --dataset NAME --when CEL [--include-outputs] [--store PATH]
   evalsi shadow -f CANDIDATE [--baseline RUN] [--json] [--store PATH]

@@ -180,6 +180,12 @@ func reportRun(ctx context.Context, writeJUnit junitWriter, sum *engine.Summary,
 		fmt.Fprintf(stderr, "evalsi: run %s interrupted\n", sum.RunID)
 		return &exitError{code: 130}
 	}
+	if sum.Status == "cancelled" {
+		// Stopped on request, as an interrupted run is; its unfinished
+		// trials were cancelled, not run.
+		fmt.Fprintf(stderr, "evalsi: run %s was cancelled\n", sum.RunID)
+		return &exitError{code: 130}
+	}
 	return nil
 }
 

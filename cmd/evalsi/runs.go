@@ -86,7 +86,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	pos := fs.Args()
 	switch args[0] {
-	case "list", "show", "resume":
+	case "list", "show", "resume", "cancel":
 		// These take their flags after the run too (compare and export
 		// parse their own).
 		var err error
@@ -106,12 +106,14 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		defer app.Close()
 		return cmdRunsResume(ctx, app, pos, *asJSON, stdout, stderr)
+	case "cancel":
+		return cmdRunsCancel(ctx, rf, pos, *asJSON, stdout)
 	case "compare":
 		return cmdRunsCompare(ctx, rf, fs.Args(), *asJSON, stdout, stderr)
 	case "export":
 		return cmdRunsExport(ctx, rf, fs.Args(), stdout, stderr)
 	default:
-		return usagef("unknown runs subcommand %q (list, show, resume, compare, export)", args[0])
+		return usagef("unknown runs subcommand %q (list, show, resume, cancel, compare, export)", args[0])
 	}
 	st, closeStore, err := rf.open(ctx, stderr)
 	if err != nil {

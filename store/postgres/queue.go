@@ -54,7 +54,10 @@ func (s *Store) Enqueue(ctx context.Context, runID string, trials []store.TrialI
 	}
 	runID = pgText(runID)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// The run's row lock orders Enqueues of one run, which number seqs.
+		// The run's row lock orders Enqueues of one run, which number
+		// seqs, and orders them with CancelRun: trials enqueued into a
+		// cancelled run (cancelled while it was being submitted) are born
+		// cancelled, so none waits for a lease that never comes.
 		var status string
 		err := tx.QueryRow(ctx, "SELECT status FROM runs WHERE id = $1 FOR NO KEY UPDATE", runID).Scan(&status)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -83,6 +86,10 @@ func (s *Store) Enqueue(ctx context.Context, runID string, trials []store.TrialI
 		}
 		var fresh []newTrial
 		now := time.Now().UTC()
+		trialStatus, finished := store.TrialPending, (*time.Time)(nil)
+		if status == store.RunCancelled {
+			trialStatus, finished = store.TrialCancelled, &now
+		}
 		// Ids unique within the statement: a row whose id another row of
 		// it took would be skipped, and its id reported as inserted.
 		drawn := map[string]bool{}
@@ -117,10 +124,10 @@ func (s *Store) Enqueue(ctx context.Context, runID string, trials []store.TrialI
 			for _, f := range fresh {
 				ids, recs, trials, seqs, recJSON = append(ids, f.id), append(recs, f.record), append(trials, f.trial), append(seqs, f.seq), append(recJSON, f.json)
 			}
-			rows, err := tx.Query(ctx, `INSERT INTO trials (id, run_id, record_id, trial, attempt, seq, status, record, created_at)
-				SELECT u.id, $1, u.record_id, u.trial, 1, u.seq, 'pending', u.record::json, $2
+			rows, err := tx.Query(ctx, `INSERT INTO trials (id, run_id, record_id, trial, attempt, seq, status, record, created_at, finished_at)
+				SELECT u.id, $1, u.record_id, u.trial, 1, u.seq, $8::text, u.record::json, $2, $9::timestamptz
 				FROM unnest($3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[]) AS u(id, record_id, trial, seq, record)
-				ON CONFLICT (id) DO NOTHING RETURNING id`, runID, now, ids, recs, trials, seqs, recJSON)
+				ON CONFLICT (id) DO NOTHING RETURNING id`, runID, now, ids, recs, trials, seqs, recJSON, trialStatus, finished)
 			if err != nil {
 				return err
 			}
@@ -289,6 +296,8 @@ func (s *Store) leaseLost(ctx context.Context, q querier, l store.Lease) error {
 		return fmt.Errorf("the attempt does not exist: %w", store.ErrLeaseLost)
 	case err != nil:
 		return err
+	case status == store.TrialCancelled:
+		return fmt.Errorf("the attempt was cancelled (lease epoch %d, this lease %d): %w", epoch, l.Epoch, store.ErrCancelled)
 	case status != store.TrialRunning:
 		return fmt.Errorf("the attempt is %s (lease epoch %d, this lease %d): %w", status, epoch, l.Epoch, store.ErrLeaseLost)
 	default:

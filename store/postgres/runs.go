@@ -18,7 +18,7 @@ const runColumns = "id, name, spec, spec_path, status, created_at, finished_at, 
 
 func validRunStatus(s string) bool {
 	switch s {
-	case store.RunRunning, store.RunCompleted, store.RunInterrupted, store.RunFailed:
+	case store.RunRunning, store.RunCompleted, store.RunInterrupted, store.RunFailed, store.RunCancelled:
 		return true
 	}
 	return false
@@ -80,18 +80,20 @@ func (s *Store) CreateRun(ctx context.Context, in store.RunInput) (store.Run, er
 	}
 }
 
-// FinishRun ends a run with a terminal status (completed, interrupted or
-// failed), a summary snapshot (may be nil) and an error message (may be "").
+// FinishRun ends a run with a terminal status (completed, interrupted,
+// failed or cancelled), a summary snapshot (may be nil) and an error
+// message (may be ""). A cancelled run stays cancelled whatever status is
+// given (see store.RunCancelled).
 func (s *Store) FinishRun(ctx context.Context, id, status string, summary json.RawMessage, errMsg string) error {
 	if !validRunStatus(status) || status == store.RunRunning {
-		return fmt.Errorf("finishing run %s: status %q is not one of %s, %s, %s", id, status, store.RunCompleted, store.RunInterrupted, store.RunFailed)
+		return fmt.Errorf("finishing run %s: status %q is not one of %s, %s, %s, %s", id, status, store.RunCompleted, store.RunInterrupted, store.RunFailed, store.RunCancelled)
 	}
 	sum, err := s.nullJSON("summary", summary)
 	if err != nil {
 		return fmt.Errorf("finishing run %s: %w", id, err)
 	}
-	tag, err := s.pool.Exec(ctx, "UPDATE runs SET status = $1, finished_at = $2, summary = $3, error = $4 WHERE id = $5",
-		status, time.Now().UTC(), sum, s.text(errMsg), pgText(id))
+	tag, err := s.pool.Exec(ctx, "UPDATE runs SET status = CASE status WHEN $6 THEN status ELSE $1 END, finished_at = $2, summary = $3, error = $4 WHERE id = $5",
+		status, time.Now().UTC(), sum, s.text(errMsg), pgText(id), store.RunCancelled)
 	if err != nil {
 		return fmt.Errorf("finishing run %s: %w", id, err)
 	}

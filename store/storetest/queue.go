@@ -18,7 +18,8 @@ import (
 // Queue checks a Backend's trial queue against the contract in
 // store/backend.go: lease order and filters, max_running, racing leasers,
 // heartbeats, fencing of a lost lease, retries, MaxLost, requeue, enqueue
-// idempotence, current attempts and atomic completions. open returns a
+// idempotence, current attempts, atomic completions and cancelling a run
+// (cancel.go). open returns a
 // fresh, empty backend for each case; it is closed at cleanup.
 func Queue(t *testing.T, open func(t *testing.T) store.Backend) {
 	cases := []struct {
@@ -37,6 +38,10 @@ func Queue(t *testing.T, open func(t *testing.T) store.Backend) {
 		{"EnqueueIdempotent", queueEnqueueIdempotent},
 		{"ListTrialsCurrentAttempts", queueListTrialsCurrentAttempts},
 		{"CompleteIsAtomic", queueCompleteIsAtomic},
+		{"CancelEndsUnfinishedAttempts", queueCancelEndsUnfinishedAttempts},
+		{"CancelIsIdempotent", queueCancelIsIdempotent},
+		{"CancelSummary", queueCancelSummary},
+		{"CancelRaces", queueCancelRaces},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

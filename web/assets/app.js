@@ -90,7 +90,7 @@ async function pageRuns() {
   crumbs(el('span', null, 'Runs'));
   const state = {sort: 'created_at', dir: -1, name: '', status: '', picked: []};
   const nameIn = el('input', {type: 'search', id: 'filter-name', placeholder: 'Filter by name…'});
-  const statusIn = el('select', {id: 'filter-status'}, ['', 'running', 'completed', 'interrupted', 'failed'].map(s => el('option', {value: s}, s || 'any status')));
+  const statusIn = el('select', {id: 'filter-status'}, ['', 'running', 'completed', 'interrupted', 'failed', 'cancelled'].map(s => el('option', {value: s}, s || 'any status')));
   const cmpBtn = el('button', {id: 'compare-picked', disabled: true}, 'Compare selected');
   const table = el('div');
   put(el('h1', null, 'Runs'),
