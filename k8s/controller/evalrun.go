@@ -523,6 +523,8 @@ func Count(trials []api.Trial) v1alpha1.TrialCounts {
 			c.Pending++
 		case "running":
 			c.Running++
+		case "cancelled":
+			c.Cancelled++
 		case "finished":
 			if passed(t) {
 				c.Passed++

@@ -158,6 +158,10 @@ type TrialCounts struct {
 	Errored int32 `json:"errored"`
 	Running int32 `json:"running"`
 	Pending int32 `json:"pending"`
+	// Cancelled trials were never run to the end: the run was cancelled
+	// (its EvalRun deleted, or `evalsi runs cancel`).
+	// +optional
+	Cancelled int32 `json:"cancelled,omitempty"`
 }
 
 // RunSummary is the server's summary of a finished run. Numbers that are
