@@ -395,6 +395,15 @@ type decision struct {
 func (p *Proxy) decide(ctx context.Context, method, hostport string) decision {
 	pol := p.active.Load()
 	d := decision{pol: pol, ev: Event{Time: time.Now(), Method: method, Host: hostport}}
+	if len(hostport) > maxTarget {
+		// No host name is longer (253 characters, a port and IPv6
+		// brackets); a longer one would only make every event and log line
+		// of this attempt as large as a request header may be.
+		d.ev.Host = hostport[:maxTarget]
+		d.ev.Reason = fmt.Sprintf("bad target: %d characters, longer than any host:port", len(hostport))
+		d.code = http.StatusBadRequest
+		return d
+	}
 	host, port, err := splitHostPort(hostport)
 	if err != nil {
 		d.ev.Reason = "bad target " + strconv.Quote(hostport) + ": " + err.Error()
@@ -587,8 +596,18 @@ func isPublic(ip net.IP) bool {
 	return NonPublic(addrOf(ip)) == ""
 }
 
+// maxTarget bounds a host:port an attempt may name: 253 for the name, 8
+// for brackets, colon and port.
+const maxTarget = 261
+
+// maxReason bounds an event's reason (an upstream error quotes the target).
+const maxReason = 1024
+
 // report logs and reports one attempt.
 func (p *Proxy) report(ev Event) {
+	if len(ev.Reason) > maxReason {
+		ev.Reason = ev.Reason[:maxReason] + "…"
+	}
 	attrs := []any{"host", ev.Host, "port", ev.Port, "method", ev.Method}
 	switch {
 	case !ev.Allowed:

@@ -54,6 +54,7 @@ func sandboxd(ctx context.Context, args []string, stderr io.Writer, logger *slog
 	fs.IntVar(&maxl.DiskMB, "max-disk-mb", 0, "the most disk (MB) a sandbox's writable layer may ask for; one that asks none gets this (default: no bound)")
 	fs.IntVar(&maxl.FileSizeMB, "max-file-size-mb", 0, "the largest file (MB) a sandbox may ask to write; one that asks none gets this (default: no bound)")
 	fs.DurationVar(&maxl.CommandTimeout, "max-command-timeout", 0, "the longest any command may run, whatever its run asks (default: no bound); one that asks none gets the usual 10m, or this when shorter")
+	maxObjects := fs.Int("max-objects", pool.DefaultMaxObjects, "the most sandboxes, snapshots and proxies one client may hold at once (on the pod rung each sandbox is a pod and a NetworkPolicy)")
 	maxRequests := fs.Int("max-requests", pool.DefaultMaxRequests, "the most requests one client may have in flight at once (execs, file transfers, creates, ...); past it the pool answers 429")
 	if err := fs.Parse(args); err != nil {
 		return usageErr{err}
@@ -63,6 +64,9 @@ func sandboxd(ctx context.Context, args []string, stderr io.Writer, logger *slog
 	}
 	if *maxRequests <= 0 {
 		return usageErr{fmt.Errorf("--max-requests %d: want 1 or more", *maxRequests)}
+	}
+	if *maxObjects < 1 {
+		return usageErr{fmt.Errorf("--max-objects %d: want 1 or more", *maxObjects)}
 	}
 	var rung sandbox.Rung
 	var sweeper sandbox.Sweeper
@@ -109,7 +113,7 @@ func sandboxd(ctx context.Context, args []string, stderr io.Writer, logger *slog
 		}
 	}
 	srv, err := pool.New(ctx, pool.Options{Rung: rung, Images: imgs, ClusterImages: clusterImages, Sweeper: sweeper, StateDir: filepath.Join(*stateDir, "pool"),
-		LeaseTTL: *ttl, AllowLocalImages: *allowLocal, AllowHostRoot: *hostRoot, AllowRegistries: allowRegistries, AllowHosts: allowHosts, Limits: lim, MaxRequests: *maxRequests, Logger: logger})
+		LeaseTTL: *ttl, AllowLocalImages: *allowLocal, AllowHostRoot: *hostRoot, AllowRegistries: allowRegistries, AllowHosts: allowHosts, Limits: lim, MaxRequests: *maxRequests, MaxObjects: *maxObjects, Logger: logger})
 	if err != nil {
 		return err
 	}

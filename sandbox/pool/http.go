@@ -141,11 +141,11 @@ func (s *Server) keepaliveHTTP(w http.ResponseWriter, r *http.Request, owner str
 // image resolves ref in the pool's store, refusing references that are
 // paths of the pool's machine unless the pool allows them.
 func (s *Server) image(ctx context.Context, req wire.ImageRequest) (*image.Image, error) {
-	if s.o.ClusterImages {
-		return clusterImage(req)
-	}
 	if err := s.checkRegistry(ctx, req.Ref); err != nil {
 		return nil, err
+	}
+	if s.o.ClusterImages {
+		return clusterImage(req)
 	}
 	if s.o.Images == nil {
 		return nil, errors.New("this sandbox pool has no image store")
@@ -478,18 +478,31 @@ func (s *Server) startService(w http.ResponseWriter, r *http.Request, owner stri
 	if err := readJSON(r, &req); err != nil {
 		return err
 	}
-	// The service outlives this request, as it outlives StartService's
-	// context on a local rung.
-	svc, err := l.sb.StartService(context.WithoutCancel(r.Context()), req)
-	if err != nil {
-		return err
-	}
+	// Each service holds the sandbox's limits of its own (a cgroup per
+	// process tree), so their number bounds what one sandbox holds.
 	b := make([]byte, 8)
 	rand.Read(b)
 	id := fmt.Sprintf("svc-%x", b)
 	l.mu.Lock()
-	l.services[id] = svc
+	if len(l.services) >= maxServices {
+		l.mu.Unlock()
+		return fmt.Errorf("starting a service: sandbox %s runs %d services, the pool's most per sandbox", r.PathValue("id"), maxServices)
+	}
+	l.services[id] = nil // reserved
 	l.mu.Unlock()
+	// The service outlives this request, as it outlives StartService's
+	// context on a local rung.
+	svc, err := l.sb.StartService(context.WithoutCancel(r.Context()), req)
+	l.mu.Lock()
+	if err != nil {
+		delete(l.services, id)
+	} else {
+		l.services[id] = svc
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	return writeJSON(w, wire.Created{ID: id})
 }
 
@@ -501,7 +514,7 @@ func (s *Server) service(w http.ResponseWriter, r *http.Request, owner string) e
 	l.mu.Lock()
 	svc, ok := l.services[r.PathValue("sid")]
 	l.mu.Unlock()
-	if !ok {
+	if !ok || svc == nil {
 		return errNotYours{"service", r.PathValue("sid")}
 	}
 	code, exited := svc.Exited()
@@ -625,6 +638,8 @@ func (s *Server) proxyEvents(w http.ResponseWriter, r *http.Request, owner strin
 			return fmt.Errorf("proxy events: after %q: want the last sequence number received (0 or more)", a)
 		}
 	}
+	ctx, cancel := o.proxy.reader(r.Context())
+	defer cancel()
 	w.Header().Set("Content-Type", wire.ContentNDJSON)
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
@@ -651,9 +666,12 @@ func (s *Server) proxyEvents(w http.ResponseWriter, r *http.Request, owner strin
 		if len(evs) > 0 || dropped > 0 {
 			rc.Flush()
 		}
+		if len(evs) == eventBatch {
+			continue // more are held already
+		}
 		select {
 		case <-more:
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			return nil
 		case <-s.done:
 			return nil

@@ -112,7 +112,10 @@ const (
 	DefaultLeaseTTL     = 2 * time.Minute
 	DefaultMaxFileBytes = 64 << 20
 	DefaultMaxObjects   = 512
-	DefaultMaxRequests  = 32
+	// maxServices bounds the services one sandbox runs (a task has one;
+	// the engine starts a checker's too).
+	maxServices        = 4
+	DefaultMaxRequests = 32
 	// DefaultUploadTimeout is generous: a 64 MiB file at 256 KiB/s.
 	DefaultUploadTimeout = 5 * time.Minute
 	// maxOutputLimit caps what one command's output limit may ask the pool

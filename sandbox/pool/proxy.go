@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"sync"
 
 	"evals.si/egress"
@@ -10,6 +11,9 @@ import (
 // maxQueuedEvents bounds the events a proxy keeps for its client's event
 // stream; past it the oldest are dropped and the drop is counted.
 const maxQueuedEvents = 10000
+
+// eventBatch bounds the events one pass of a stream copies out.
+const eventBatch = 256
 
 // proxy is an egress proxy in the pool with its recent events numbered, so
 // a client whose event stream broke asks again from the last it has and
@@ -23,6 +27,21 @@ type proxy struct {
 	first  int64
 	closed bool
 	wake   chan struct{} // closed and replaced when events arrive or the proxy closes
+	// stream ends the proxy's current event stream: a proxy has one
+	// reader, and a client asking again (its stream broke) replaces it.
+	stream context.CancelFunc
+}
+
+// reader makes ctx the proxy's one event stream, ending the one before.
+func (p *proxy) reader(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	p.mu.Lock()
+	if p.stream != nil {
+		p.stream()
+	}
+	p.stream = cancel
+	p.mu.Unlock()
+	return ctx, cancel
 }
 
 func newProxy(h egress.Handle) *proxy { return &proxy{h: h, first: 1, wake: make(chan struct{})} }
@@ -53,7 +72,7 @@ func (p *proxy) since(after int64) (evs []wire.ProxyEvent, dropped int64, closed
 		dropped = p.first - next
 		next = p.first
 	}
-	for i := int(next - p.first); i < len(p.events); i++ {
+	for i := int(next - p.first); i < len(p.events) && len(evs) < eventBatch; i++ {
 		ev := p.events[i]
 		evs = append(evs, wire.ProxyEvent{Seq: p.first + int64(i), Event: &ev})
 	}

@@ -150,10 +150,11 @@ func normHostPort(hp string) string {
 
 // checkRegistry refuses a registry reference whose registry is on the
 // pool's machine or a private network, unless the operator listed it.
-// Local references keep the AllowLocalImages rule, and a pool whose images
-// the cluster pulls (ClusterImages) never reaches a registry itself.
+// Local references keep the AllowLocalImages rule. A pool whose images
+// the cluster pulls (ClusterImages) is held to the same rule: its kubelets
+// would pull from the registry a client named, on the cluster's network.
 func (s *Server) checkRegistry(ctx context.Context, ref string) error {
-	if s.o.ClusterImages || s.o.Images == nil {
+	if !s.o.ClusterImages && s.o.Images == nil {
 		return nil
 	}
 	reg, err := image.RegistryOf(ref)

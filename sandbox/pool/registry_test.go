@@ -82,7 +82,10 @@ func TestCheckRegistry(t *testing.T) {
 		{"docker hub normalised", Options{AllowRegistries: []string{"index.docker.io"}}, "ubuntu", nil},
 		{"public literal", Options{}, "8.8.8.8/x", nil},
 		{"local reference", Options{}, "oci-layout:/nowhere", nil},
-		{"cluster images", Options{ClusterImages: true}, "127.0.0.1:2379/x", nil},
+		// A pod pool's kubelets would pull what a client names: the same
+		// rule, on the cluster's network.
+		{"cluster images, private", Options{ClusterImages: true}, "10.0.0.5:5000/x", []string{"RFC 1918", "--allow-registry"}},
+		{"cluster images, listed", Options{ClusterImages: true, AllowRegistries: []string{"10.0.0.5:5000"}}, "10.0.0.5:5000/x", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.o.Logger = slog.New(slog.DiscardHandler)
