@@ -254,6 +254,7 @@ func PoolObjects(sc *v1alpha1.SandboxClass) Pool {
 		// false). No capability, no privilege escalation, not root, a
 		// read-only root, and no service-account token: the pool never
 		// calls the API server.
+		//
 		// The pool pod's root is the evalsid image: sandboxes without an
 		// image of their own run on it, as in a worker's own sandboxes.
 		args = append(args, "--rung", "bwrap", "--allow-host-root")
@@ -278,6 +279,7 @@ func PoolObjects(sc *v1alpha1.SandboxClass) Pool {
 	for _, h := range sc.Spec.Egress.AllowHosts {
 		args = append(args, "--allow-host", h)
 	}
+	args = append(args, limitArgs(sc.Spec.Limits)...)
 	container.Args = args
 	podSpec.Containers = []corev1.Container{container}
 
@@ -299,3 +301,23 @@ func PoolObjects(sc *v1alpha1.SandboxClass) Pool {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// limitArgs are sandboxd's --max-* flags for a class's limits.
+func limitArgs(l v1alpha1.SandboxLimits) []string {
+	var args []string
+	for _, f := range []struct {
+		flag string
+		v    int32
+	}{{"--max-memory-mb", l.MemoryMB}, {"--max-pids", l.Pids}, {"--max-disk-mb", l.DiskMB}, {"--max-file-size-mb", l.FileSizeMB}} {
+		if f.v > 0 {
+			args = append(args, f.flag, strconv.Itoa(int(f.v)))
+		}
+	}
+	if l.CPUs != nil && l.CPUs.Sign() > 0 {
+		args = append(args, "--max-cpus", strconv.FormatFloat(l.CPUs.AsApproximateFloat64(), 'g', -1, 64))
+	}
+	if l.CommandTimeout != nil && l.CommandTimeout.Duration > 0 {
+		args = append(args, "--max-command-timeout", l.CommandTimeout.Duration.String())
+	}
+	return args
+}

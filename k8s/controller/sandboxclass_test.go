@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -30,10 +31,12 @@ func TestSandboxClassMakesItsPool(t *testing.T) {
 	startOperator(t, c, ns)
 	ctx := context.Background()
 	gvisor := "gvisor"
+	halfCPU := resource.MustParse("500m")
 	classes := []*v1alpha1.SandboxClass{
 		{ObjectMeta: metav1.ObjectMeta{Name: "bw", Namespace: ns}, Spec: v1alpha1.SandboxClassSpec{
 			Image: "evalsi.test/evalsid:1", Warm: 3, TLSSecretName: "bw-tls",
 			Egress:    v1alpha1.Egress{AllowHosts: []string{"pypi.org"}},
+			Limits:    v1alpha1.SandboxLimits{MemoryMB: 1024, CPUs: &halfCPU, Pids: 256, CommandTimeout: &metav1.Duration{Duration: 30 * time.Minute}},
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}},
 		}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "pods", Namespace: ns}, Spec: v1alpha1.SandboxClassSpec{
@@ -53,7 +56,8 @@ func TestSandboxClassMakesItsPool(t *testing.T) {
 	owned(t, bw.OwnerReferences, "bw")
 	pod := bw.Spec.Template.Spec
 	ctr := pod.Containers[0]
-	for _, want := range [][]string{{"--rung", "bwrap"}, {"--allow-host-root"}, {"--allow-host", "pypi.org"}, {"--tls-cert", "/etc/evalsi/tls/tls.crt"}, {"--client-ca", "/etc/evalsi/tls/ca.crt"}} {
+	for _, want := range [][]string{{"--rung", "bwrap"}, {"--allow-host-root"}, {"--allow-host", "pypi.org"},
+		{"--max-memory-mb", "1024"}, {"--max-cpus", "0.5"}, {"--max-pids", "256"}, {"--max-command-timeout", "30m0s"}, {"--tls-cert", "/etc/evalsi/tls/tls.crt"}, {"--client-ca", "/etc/evalsi/tls/ca.crt"}} {
 		if !hasPair(ctr.Args, want) {
 			t.Errorf("args %v lack %v", ctr.Args, want)
 		}

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -54,6 +55,11 @@ type SandboxClassSpec struct {
 	// Resources are each sandbox's (pod rung) or each pool pod's (sandboxd).
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	// Limits are the most any run's sandbox may ask of the pool
+	// (evalsid sandboxd --max-*): a request over one is refused, and a
+	// sandbox that asks nothing gets it. Unset: the run's own limits.
+	// +optional
+	Limits SandboxLimits `json:"limits,omitempty"`
 	// Egress is the pool's allowlist for sandboxes with network access.
 	// +optional
 	Egress Egress `json:"egress,omitempty"`
@@ -68,6 +74,28 @@ type SandboxClassSpec struct {
 	// ca.crt) the pool serves with and checks workers' certificates against.
 	// +kubebuilder:validation:MinLength=1
 	TLSSecretName string `json:"tlsSecretName"`
+}
+
+// SandboxLimits are a pool's maxima over its sandboxes' limits.
+type SandboxLimits struct {
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MemoryMB int32 `json:"memoryMB,omitempty"`
+	// CPUs is a quantity (2, 500m).
+	// +optional
+	CPUs *resource.Quantity `json:"cpus,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Pids int32 `json:"pids,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	DiskMB int32 `json:"diskMB,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	FileSizeMB int32 `json:"fileSizeMB,omitempty"`
+	// CommandTimeout bounds each command (a Go duration: 30m).
+	// +optional
+	CommandTimeout *metav1.Duration `json:"commandTimeout,omitempty"`
 }
 
 // Egress is the network a pool lets sandboxes reach.
