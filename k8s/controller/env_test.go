@@ -237,21 +237,10 @@ func start(t *testing.T, bin, dir, name string, env []string, args ...string) {
 	})
 }
 
-// waitFor polls cond until it holds; it gives up after a few minutes (a
-// bound on a hang, not a measure of speed).
+// waitFor polls cond until it holds (kubetest.WaitFor, 4 minutes).
 func waitFor(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(4 * time.Minute)
-	var last error
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		last = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("waiting for %s: gave up (last error: %v)", what, last)
+	kubetest.WaitFor(t, what, 4*time.Minute, cond)
 }
 
 func ctrlConfig() config.Controller {

@@ -337,21 +337,10 @@ func envelope(name, server, run string) string {
 	return b.String()
 }
 
-// waitFor polls cond until it holds; it gives up after a few minutes (a
-// bound on a hang, not a measure of speed).
+// waitFor polls cond until it holds (kubetest.WaitFor, 8 minutes).
 func waitFor(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(8 * time.Minute)
-	var last error
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		last = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("waiting for %s: gave up (last: %v)", what, last)
+	kubetest.WaitFor(t, what, 8*time.Minute, cond)
 }
 
 // sandboxPods records the pod rung's sandbox pods seen in a namespace
