@@ -43,7 +43,7 @@ var allowed = map[string]string{
 	"harness/external":              "starts the harness.external command or Python shim the spec names; it only serves the protocol, model output still runs in the sandbox via Worker.Exec",
 
 	// The bwrap rung's half inside a sandbox.
-	"sandbox/bwrap/internal/execserver": "the exec server, PID 1 inside a bwrap sandbox, starts its commands there",
+	"sandbox/execproto": "the exec server, PID 1 inside a bwrap sandbox or a microVM guest, starts its commands there",
 
 	// Not a rung: starts processes that are not model output.
 	"agent/tools/mcptools": "starts the spec author's stdio MCP servers (harness.builtin.tools.mcp[].command); the go-sdk's CommandTransport takes an *exec.Cmd",

@@ -13,11 +13,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"evals.si/sandbox"
-	"evals.si/sandbox/bwrap/internal/execserver"
+	"evals.si/sandbox/execproto"
 )
 
 // ReadFile and WriteFile are served by the exec server inside the sandbox
-// (execserver/files.go): paths resolve in the sandbox's own view (with no
+// (execproto/files.go): paths resolve in the sandbox's own view (with no
 // image, /etc/mtab is the sandbox's mount table, not the engine's), only
 // regular files are touched, so a FIFO at the path cannot block, and what a
 // write creates belongs to the sandbox's root or user. They return when
@@ -25,7 +25,7 @@ import (
 
 // ReadFile reads a regular file as the sandbox sees it.
 func (s *Sandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
-	res, err := s.fileOp(ctx, execserver.FileMsg{Path: sandbox.InSandboxPath(s.workdir, p), Max: sandbox.MaxReadFile})
+	res, err := s.fileOp(ctx, execproto.FileMsg{Path: sandbox.InSandboxPath(s.workdir, p), Max: sandbox.MaxReadFile})
 	if err != nil {
 		return nil, &fs.PathError{Op: "read", Path: p, Err: err}
 	}
@@ -39,7 +39,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.
 	if strings.HasSuffix(p, "/") || abs == "/" {
 		return &fs.PathError{Op: "write", Path: p, Err: errors.New("not a file path")}
 	}
-	m := execserver.FileMsg{Write: true, Path: abs, Data: data, Mode: uint32(mode.Perm())}
+	m := execproto.FileMsg{Write: true, Path: abs, Data: data, Mode: uint32(mode.Perm())}
 	if s.inNS && (s.uid != 0 || s.gid != 0) {
 		m.Chown, m.UID, m.GID = true, s.uid, s.gid
 	}
@@ -53,19 +53,19 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.
 }
 
 // fileOp runs one file operation through the exec server.
-func (s *Sandbox) fileOp(ctx context.Context, m execserver.FileMsg) (execserver.FileResult, error) {
+func (s *Sandbox) fileOp(ctx context.Context, m execproto.FileMsg) (execproto.FileResult, error) {
 	if err := s.life.Begin(); err != nil {
-		return execserver.FileResult{}, err
+		return execproto.FileResult{}, err
 	}
 	defer s.life.End()
 	srv, err := s.server(ctx)
 	if err != nil {
-		return execserver.FileResult{}, err
+		return execproto.FileResult{}, err
 	}
 	defer s.release(srv)
 	c, err := srv.startFile(m)
 	if err != nil {
-		return execserver.FileResult{}, err
+		return execproto.FileResult{}, err
 	}
 	defer srv.forget(c)
 	select {
@@ -82,11 +82,11 @@ func (s *Sandbox) fileOp(ctx context.Context, m execserver.FileMsg) (execserver.
 		}
 		return res, errors.New(res.Err)
 	case <-srv.dead:
-		return execserver.FileResult{}, srv.deadErr
+		return execproto.FileResult{}, srv.deadErr
 	case <-ctx.Done():
-		return execserver.FileResult{}, ctx.Err()
+		return execproto.FileResult{}, ctx.Err()
 	case <-s.life.Done():
-		return execserver.FileResult{}, errors.New("bwrap sandbox closed during the file operation")
+		return execproto.FileResult{}, errors.New("bwrap sandbox closed during the file operation")
 	}
 }
 

@@ -41,7 +41,7 @@ func fail(helper string, err error) int {
 // kept across execve) before it execs ARGV: a service's leader, so that
 // whatever the service starts stays its descendant however it detaches
 // (a daemon's double fork reparents to it, not to the exec server), which
-// is what the sweep after each command spares (execserver.killLeftovers).
+// is what the sweep after each command spares (execproto.killLeftovers).
 func initMain(args []string) int {
 	var rls []limits.Rlimit
 	for len(args) > 0 && args[0] != "--" {

@@ -24,7 +24,7 @@ import (
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 
 	"evals.si/sandbox"
-	"evals.si/sandbox/bwrap/internal/execserver"
+	"evals.si/sandbox/execproto"
 	"evals.si/sandbox/limits"
 	"evals.si/sandbox/overlay"
 )
@@ -660,7 +660,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	}
 	start := time.Now()
 	argv, env := s.command(req.Argv, env, false)
-	m := execserver.ExecMsg{Argv: argv, Env: env, Dir: cwd, Stdin: req.Stdin, Limit: limit, Join: cg != nil}
+	m := execproto.ExecMsg{Argv: argv, Env: env, Dir: cwd, Stdin: req.Stdin, Limit: limit, Join: cg != nil}
 	s.setUser(&m, req)
 	// Stopped before Exec returns, whichever way: the hook is never
 	// called after.
@@ -682,7 +682,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		}
 	}()
 	kill := func() {
-		srv.send(execserver.FrameKill, c.id, nil)
+		srv.send(execproto.FrameKill, c.id, nil)
 		if cg != nil && moveBack == nil {
 			s.killCommands(srv, cg)
 		}
@@ -691,7 +691,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	defer timer.Stop()
 	var timedOut bool
 	var stopErr error
-	var ex execserver.ExitMsg
+	var ex execproto.ExitMsg
 	killed := false
 	var grace <-chan time.Time
 	// A full disk_mb layer is looked for while the command runs too, so a
@@ -717,7 +717,7 @@ wait:
 				return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
 			}
 			moveBack = back
-			if err := srv.send(execserver.FrameGo, c.id, nil); err != nil {
+			if err := srv.send(execproto.FrameGo, c.id, nil); err != nil {
 				return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
 			}
 		case <-c.started:
@@ -764,7 +764,7 @@ wait:
 	if cg != nil {
 		s.killCommands(srv, cg) // whatever the command left running
 	}
-	var done execserver.DoneMsg
+	var done execproto.DoneMsg
 	select {
 	case done = <-c.done:
 	case <-srv.dead:
@@ -822,7 +822,7 @@ func (s *Sandbox) commandEnv(req sandbox.ExecRequest) ([]string, error) {
 // they are now); else the sandbox's (Config.User, resolved at Create),
 // which the server switches to only in a multi-id namespace (bwrap's own
 // single-id one already runs as it).
-func (s *Sandbox) setUser(m *execserver.ExecMsg, req sandbox.ExecRequest) {
+func (s *Sandbox) setUser(m *execproto.ExecMsg, req sandbox.ExecRequest) {
 	switch {
 	case req.User != "":
 		m.Spec = req.User
@@ -845,7 +845,7 @@ func (s *Sandbox) diskFull() string {
 
 // refusals turns what the exec server's seccomp supervisor recorded into
 // denials.
-func (s *Sandbox) refusals(ds []execserver.Denial) []sandbox.Denial {
+func (s *Sandbox) refusals(ds []execproto.Denial) []sandbox.Denial {
 	var out []sandbox.Denial
 	for _, d := range ds {
 		times := ""

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"evals.si/sandbox"
-	"evals.si/sandbox/bwrap/internal/execserver"
+	"evals.si/sandbox/execproto"
 	"evals.si/sandbox/limits"
 	"evals.si/sandbox/reexec"
 )
@@ -60,10 +60,10 @@ type call struct {
 	out     *sandbox.OutputStream
 	join    chan int
 	started chan struct{}
-	exit    chan execserver.ExitMsg
-	done    chan execserver.DoneMsg
+	exit    chan execproto.ExitMsg
+	done    chan execproto.DoneMsg
 	// file answers a file operation's call.
-	file chan execserver.FileResult
+	file chan execproto.FileResult
 	// service, for a service's call, takes its output (both streams).
 	service *sandbox.ServiceState
 }
@@ -88,7 +88,7 @@ func (s *Sandbox) serverArgs(src sources) []string {
 		}
 		// For the server alone, to read the memory of commands whose
 		// calls the seccomp filter passes up; it drops it from what its
-		// commands can get before it serves (execserver).
+		// commands can get before it serves (execproto).
 		a = append(a, "--cap-add", "CAP_SYS_PTRACE")
 	}
 	a = append(a, "--hostname", s.id, "--as-pid-1")
@@ -140,14 +140,14 @@ func (s *Sandbox) serverArgs(src sources) []string {
 	}
 	// One P: the server mostly hands work between goroutines, which is
 	// cheaper on one thread than across several.
-	a = append(a, "--clearenv", "--setenv", reexec.Env, execserver.Helper, "--setenv", "GOMAXPROCS", "1",
+	a = append(a, "--clearenv", "--setenv", reexec.Env, execproto.Helper, "--setenv", "GOMAXPROCS", "1",
 		"--chdir", s.workdir, "--json-status-fd", "3", "--", sandboxHelper)
 	if src.proxy != "" {
 		a = append(a, "--forward", sandboxProxySock, proxyPort)
 	}
 	// Not bwrap's --seccomp: the server installs the filter on each
 	// command's forking thread with a listener of its own, so what it
-	// refuses is recorded per command (execserver/notify.go); the server
+	// refuses is recorded per command (execproto/notify.go); the server
 	// itself, our code, runs without it.
 	a = append(a, "--seccomp", hex.EncodeToString(s.seccomp))
 	// The server sets these on itself before it reads a request, and
@@ -355,10 +355,10 @@ func (srv *execServer) read(r *os.File) {
 		var kind byte
 		var id uint32
 		var p []byte
-		if kind, id, p, err = execserver.ReadFrame(br); err != nil {
+		if kind, id, p, err = execproto.ReadFrame(br); err != nil {
 			break
 		}
-		if kind == execserver.FrameReady {
+		if kind == execproto.FrameReady {
 			select {
 			case <-srv.ready:
 			default:
@@ -373,40 +373,40 @@ func (srv *execServer) read(r *os.File) {
 			continue
 		}
 		switch {
-		case c.service != nil && (kind == execserver.FrameStdout || kind == execserver.FrameStderr):
+		case c.service != nil && (kind == execproto.FrameStdout || kind == execproto.FrameStderr):
 			c.service.Write(p)
 			continue
 		}
 		switch kind {
 		// Never blocks on the hook (the stream delivers from a goroutine
 		// of its own), so one slow consumer stalls no other call.
-		case execserver.FrameStdout:
+		case execproto.FrameStdout:
 			if c.out != nil {
 				c.out.Stdout().Write(p)
 			}
-		case execserver.FrameStderr:
+		case execproto.FrameStderr:
 			if c.out != nil {
 				c.out.Stderr().Write(p)
 			}
-		case execserver.FrameJoin:
-			var m execserver.JoinMsg
+		case execproto.FrameJoin:
+			var m execproto.JoinMsg
 			if m.Unmarshal(p) == nil {
 				c.join <- m.Tid
 			}
-		case execserver.FrameStarted:
+		case execproto.FrameStarted:
 			close(c.started)
-		case execserver.FrameExit:
-			var m execserver.ExitMsg
+		case execproto.FrameExit:
+			var m execproto.ExitMsg
 			if err := m.Unmarshal(p); err != nil {
 				m.Setup = "the exec server sent a malformed exit status"
 			}
 			c.exit <- m
-		case execserver.FrameDone:
-			var m execserver.DoneMsg
+		case execproto.FrameDone:
+			var m execproto.DoneMsg
 			m.Unmarshal(p)
 			c.done <- m
-		case execserver.FrameFileResult:
-			var m execserver.FileResult
+		case execproto.FrameFileResult:
+			var m execproto.FileResult
 			if err := m.Unmarshal(p); err != nil {
 				m.Err = "the exec server sent a malformed file result"
 			}
@@ -425,7 +425,7 @@ func (srv *execServer) read(r *os.File) {
 func (srv *execServer) send(kind byte, id uint32, payload []byte) error {
 	srv.wmu.Lock()
 	defer srv.wmu.Unlock()
-	if err := execserver.WriteFrame(srv.w, kind, id, payload); err != nil {
+	if err := execproto.WriteFrame(srv.w, kind, id, payload); err != nil {
 		select {
 		case <-srv.dead:
 			return srv.deadErr
@@ -438,23 +438,23 @@ func (srv *execServer) send(kind byte, id uint32, payload []byte) error {
 
 // start sends a command to the server; its output goes to out, which the
 // caller stops before its Exec returns.
-func (srv *execServer) start(m execserver.ExecMsg, out *sandbox.OutputStream) (*call, error) {
+func (srv *execServer) start(m execproto.ExecMsg, out *sandbox.OutputStream) (*call, error) {
 	c := &call{out: out,
-		join: make(chan int, 1), started: make(chan struct{}), exit: make(chan execserver.ExitMsg, 1), done: make(chan execserver.DoneMsg, 1)}
-	return c, srv.call(c, execserver.FrameExec, m.Marshal())
+		join: make(chan int, 1), started: make(chan struct{}), exit: make(chan execproto.ExitMsg, 1), done: make(chan execproto.DoneMsg, 1)}
+	return c, srv.call(c, execproto.FrameExec, m.Marshal())
 }
 
 // startService sends a service to the server; its output goes to state.
-func (srv *execServer) startService(m execserver.ExecMsg, state *sandbox.ServiceState) (*call, error) {
-	c := &call{service: state, join: make(chan int, 1), started: make(chan struct{}), exit: make(chan execserver.ExitMsg, 1), done: make(chan execserver.DoneMsg, 1)}
-	return c, srv.call(c, execserver.FrameExec, m.Marshal())
+func (srv *execServer) startService(m execproto.ExecMsg, state *sandbox.ServiceState) (*call, error) {
+	c := &call{service: state, join: make(chan int, 1), started: make(chan struct{}), exit: make(chan execproto.ExitMsg, 1), done: make(chan execproto.DoneMsg, 1)}
+	return c, srv.call(c, execproto.FrameExec, m.Marshal())
 }
 
 // startFile sends a file operation to the server; its answer arrives on
 // the call's file channel.
-func (srv *execServer) startFile(m execserver.FileMsg) (*call, error) {
-	c := &call{file: make(chan execserver.FileResult, 1)}
-	return c, srv.call(c, execserver.FrameFile, m.Marshal())
+func (srv *execServer) startFile(m execproto.FileMsg) (*call, error) {
+	c := &call{file: make(chan execproto.FileResult, 1)}
+	return c, srv.call(c, execproto.FrameFile, m.Marshal())
 }
 
 // call registers c under a new id and sends its request.

@@ -8,7 +8,7 @@ import (
 	"syscall"
 
 	"evals.si/sandbox"
-	"evals.si/sandbox/bwrap/internal/execserver"
+	"evals.si/sandbox/execproto"
 	"evals.si/sandbox/limits"
 )
 
@@ -53,7 +53,7 @@ func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (_ 
 	}
 	argv, env := s.command(req.Argv, env, true)
 	// No output limit at the server: the host keeps the tail.
-	m := execserver.ExecMsg{Argv: argv, Env: env, Dir: sandbox.InSandboxPath(s.workdir, req.Workdir), Limit: math.MaxInt, Join: cg != nil, Service: true}
+	m := execproto.ExecMsg{Argv: argv, Env: env, Dir: sandbox.InSandboxPath(s.workdir, req.Workdir), Limit: math.MaxInt, Join: cg != nil, Service: true}
 	s.setUser(&m, req)
 	state := &sandbox.ServiceState{}
 	c, err := srv.startService(m, state)
@@ -61,7 +61,7 @@ func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (_ 
 		return nil, fmt.Errorf("starting a service: %w", err)
 	}
 	fail := func(err error) (sandbox.Service, error) {
-		srv.send(execserver.FrameKill, c.id, nil)
+		srv.send(execproto.FrameKill, c.id, nil)
 		if cg != nil {
 			s.killCommands(srv, cg)
 		}
@@ -77,7 +77,7 @@ func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (_ 
 			moveBack()
 		}
 	}()
-	var early *execserver.ExitMsg
+	var early *execproto.ExitMsg
 	for started := false; !started; {
 		select {
 		case tid := <-c.join:
@@ -86,7 +86,7 @@ func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (_ 
 				return fail(err)
 			}
 			moveBack = back
-			if err := srv.send(execserver.FrameGo, c.id, nil); err != nil {
+			if err := srv.send(execproto.FrameGo, c.id, nil); err != nil {
 				return fail(err)
 			}
 		case <-c.started:
@@ -115,7 +115,7 @@ func (s *Sandbox) StartService(ctx context.Context, req sandbox.ExecRequest) (_ 
 
 // watchService records the service's end: its exit code, or SIGKILL's
 // when the sandbox's server ended with it still running (Close).
-func (s *Sandbox) watchService(srv *execServer, c *call, cg *limits.Cgroup, state *sandbox.ServiceState, early *execserver.ExitMsg) {
+func (s *Sandbox) watchService(srv *execServer, c *call, cg *limits.Cgroup, state *sandbox.ServiceState, early *execproto.ExitMsg) {
 	code := 128 + int(syscall.SIGKILL)
 	if early != nil {
 		code = early.Code

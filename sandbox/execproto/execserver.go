@@ -1,6 +1,8 @@
-// Package execserver is the exec server of a bwrap sandbox: the engine
-// binary re-executed as PID 1 of the sandbox's namespaces (bwrap
-// --as-pid-1), started once per sandbox. The host sends it commands over
+// Package execproto is the exec protocol every sandbox with a server inside
+// speaks, and that server: in a bwrap sandbox, the engine binary
+// re-executed as PID 1 of the sandbox's namespaces (bwrap --as-pid-1),
+// started once per sandbox; in a microVM, evalsi-guest, the guest's init,
+// over its control port (guest.go, client.go). The host sends it commands over
 // its stdin and reads their output and exit statuses from its stdout, as
 // frames: kind (1 byte), call id (4), payload length (4), payload. Each
 // command is forked inside the existing namespaces instead of building new
@@ -33,7 +35,7 @@
 // sandbox) runs it before initializing the few hundred packages it does
 // not need, tens of milliseconds of CPU. Hence syscall rather than x/sys,
 // and a small binary encoding rather than encoding/json.
-package execserver
+package execproto
 
 import (
 	"bufio"

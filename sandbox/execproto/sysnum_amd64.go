@@ -1,4 +1,4 @@
-package execserver
+package execproto
 
 // Syscall numbers package syscall lacks on this architecture.
 const (
