@@ -39,6 +39,7 @@ package execproto
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -169,14 +170,24 @@ type server struct {
 	// filter is the seccomp program each command's first process is forked
 	// under (notify.go); nil: none (the host passed none).
 	filter []byte
-	// dropPtrace, when set, keeps CAP_SYS_PTRACE from the command about to
-	// be forked on the calling thread (ptraceDropper).
+	// dropPtrace, when set, keeps CAP_SYS_PTRACE (or, in a guest, every
+	// capability but ServeOptions.KeepCaps) from the command about to be
+	// forked on the calling thread (ptraceDropper, capDropper).
 	dropPtrace func() error
 	// domain is the Landlock ruleset each command's forking thread enters
 	// (domain.go); -1: the kernel has none.
 	domain int
+	opts   ServeOptions
+	// gone is closed when a write to the host failed (goneErr says how,
+	// under wmu): the session is over.
+	gone    chan struct{}
+	goneErr error
+	// wg counts the session's call goroutines (track).
+	wg sync.WaitGroup
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// ending: the session is over, no call starts any more.
+	ending   bool
 	calls    map[uint32]*serverCall
 	waiters  map[int]chan syscall.WaitStatus
 	inflight int
@@ -205,26 +216,10 @@ func Main(args []string) int {
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); e != 0 {
 		return fail(fmt.Errorf("making the server non-dumpable: %w", e))
 	}
-	dropPtrace, err := ptraceDropper()
-	if err != nil {
-		return fail(err)
-	}
-	domain, err := commandDomain()
-	if err != nil {
-		return fail(err)
-	}
-	// Every signal a command sends PID 1 lands here and is dropped;
-	// SIGCHLD also means children to reap.
-	sigs := make(chan os.Signal, 64)
-	signal.Notify(sigs)
-	sv := &server{out: os.Stdout, dropPtrace: dropPtrace, domain: domain, calls: map[uint32]*serverCall{}, waiters: map[int]chan syscall.WaitStatus{}, services: map[int]bool{}}
-	go func() {
-		for sig := range sigs {
-			if sig == syscall.SIGCHLD {
-				sv.reap()
-			}
-		}
-	}()
+	// Every signal a command sends PID 1 lands here and is dropped (Serve
+	// reaps on SIGCHLD).
+	signal.Notify(make(chan os.Signal, 1))
+	var o ServeOptions
 	for len(args) > 0 {
 		switch {
 		case args[0] == "--forward" && len(args) >= 3:
@@ -237,7 +232,7 @@ func Main(args []string) int {
 			if err != nil || len(b) == 0 || len(b)%8 != 0 {
 				return fail(fmt.Errorf("bad seccomp program %q", args[1]))
 			}
-			sv.filter = b
+			o.Seccomp = b
 			args = args[2:]
 		case args[0] == "--rlimit" && len(args) >= 2:
 			if err := setRlimit(args[1]); err != nil {
@@ -248,41 +243,12 @@ func Main(args []string) int {
 			return fail(fmt.Errorf("bad arguments at %q", args[0]))
 		}
 	}
-	sv.send(FrameReady, 0, nil)
-	in := bufio.NewReaderSize(os.Stdin, 64<<10)
-	for {
-		kind, id, payload, err := ReadFrame(in)
-		if err != nil {
-			// The host went away: end everything (PID 1 exiting does).
-			return 0
-		}
-		switch kind {
-		case FrameExec:
-			var m ExecMsg
-			if err := m.Unmarshal(payload); err != nil {
-				return fail(fmt.Errorf("bad exec request: %w", err))
-			}
-			c := &serverCall{goc: make(chan struct{}, 1), killc: make(chan struct{})}
-			sv.mu.Lock()
-			sv.calls[id] = c
-			sv.mu.Unlock()
-			go sv.exec(id, c, m)
-		case FrameGo:
-			sv.mu.Lock()
-			if c := sv.calls[id]; c != nil {
-				c.goc <- struct{}{}
-			}
-			sv.mu.Unlock()
-		case FrameKill:
-			sv.kill(id)
-		case FrameFile:
-			var m FileMsg
-			if err := m.Unmarshal(payload); err != nil {
-				return fail(fmt.Errorf("bad file request: %w", err))
-			}
-			go sv.file(id, m)
-		}
+	// The host going away ends everything (PID 1 exiting does); a request
+	// the server cannot read is a fault of the host's.
+	if err := Serve(context.Background(), os.Stdin, os.Stdout, o); errors.Is(err, errBadRequest) {
+		return fail(err)
 	}
+	return 0
 }
 
 // forward listens on 127.0.0.1:port inside the sandbox's network
@@ -444,12 +410,8 @@ func ptraceDropper() (func() error, error) {
 }
 
 func (sv *server) send(kind byte, id uint32, payload []byte) {
-	sv.wmu.Lock()
-	defer sv.wmu.Unlock()
-	if err := WriteFrame(sv.out, kind, id, payload); err != nil {
-		// The host is gone; PID 1 exiting ends the sandbox.
-		os.Exit(0)
-	}
+	// An error ends the session (Serve): nothing more reaches the host.
+	sv.sendErr(kind, id, payload)
 }
 
 func (sv *server) sendMsg(kind byte, id uint32, m interface{ Marshal() []byte }) {
@@ -486,6 +448,19 @@ type started struct {
 	waitc chan syscall.WaitStatus
 	sup   *supervisor
 	err   error
+	// confined is the command's Confinement (ServeOptions.Confine), its
+	// Finish not yet called.
+	confined *Confinement
+}
+
+// finishConfinement ends st's confinement and says what it refused.
+func (st *started) finishConfinement() []Denial {
+	if st.confined == nil || st.confined.Finish == nil {
+		return nil
+	}
+	f := st.confined.Finish
+	st.confined = nil
+	return f()
 }
 
 // errSetup is a failure of the sandbox, not of the command.
@@ -494,13 +469,23 @@ type errSetup struct{ error }
 // start starts a command and registers it for reaping, under mu so that
 // reap cannot collect it first, kill sees its pid and a sweep never sees a
 // service that is not registered yet.
-func (sv *server) start(c *serverCall, bin string, argv []string, attr *os.ProcAttr, service bool) started {
+func (sv *server) start(c *serverCall, bin string, argv []string, attr *os.ProcAttr, service bool, cf *Confinement) started {
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
 	if c.killed {
 		return started{err: errKilledBeforeStart}
 	}
+	var leave func()
+	if cf != nil && cf.Join != nil {
+		var err error
+		if leave, err = cf.Join(); err != nil {
+			return started{err: errSetup{fmt.Errorf("joining the command's cgroup: %w", err)}}
+		}
+	}
 	p, err := os.StartProcess(bin, argv, attr)
+	if leave != nil {
+		leave()
+	}
 	if err != nil {
 		return started{err: err}
 	}
@@ -556,6 +541,9 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 		finish(127, "", fmt.Sprintf("evalsi: execvp %s: %v\n", m.Argv[0], err))
 		return
 	}
+	if m.Service && sv.opts.Service != nil {
+		bin, argv = sv.opts.Service(bin, argv)
+	}
 
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
@@ -592,6 +580,24 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 		attr.Sys.Credential = cred
 	case m.User:
 		attr.Sys.Credential = &syscall.Credential{Uid: uint32(m.UID), Gid: uint32(m.GID)}
+	}
+
+	var confined *Confinement
+	if sv.opts.Confine != nil {
+		cf, err := sv.opts.Confine(m.Service)
+		if err != nil {
+			stdin.Close()
+			outW.Close()
+			errW.Close()
+			outR.Close()
+			errR.Close()
+			if stdinW != nil {
+				stdinW.Close()
+			}
+			finish(0, "confining the command: "+err.Error(), "")
+			return
+		}
+		confined = &cf
 	}
 
 	res := make(chan started, 1)
@@ -632,11 +638,12 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 				return
 			}
 		}
-		st := sv.start(c, bin, argv, attr, m.Service)
+		st := sv.start(c, bin, argv, attr, m.Service, confined)
 		st.sup = sup
 		res <- st
 	}()
 	st := <-res
+	st.confined = confined
 	stdin.Close()
 	outW.Close()
 	errW.Close()
@@ -649,6 +656,7 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 		if st.sup != nil {
 			st.sup.stop()
 		}
+		st.finishConfinement()
 		if errors.Is(st.err, errKilledBeforeStart) {
 			finish(128+int(syscall.SIGKILL), "", "")
 			return
@@ -724,6 +732,7 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 	if st.sup != nil {
 		done.Denials = st.sup.stop()
 	}
+	done.Denials = append(done.Denials, st.finishConfinement()...)
 	sv.sendMsg(FrameDone, id, done)
 }
 
@@ -773,6 +782,7 @@ func (sv *server) serve(id uint32, st started, out *os.File) {
 	if st.sup != nil {
 		done.Denials = st.sup.stop()
 	}
+	done.Denials = append(done.Denials, st.finishConfinement()...)
 	sv.sendMsg(FrameExit, id, ExitMsg{Code: code})
 	sv.sendMsg(FrameDone, id, done)
 }

@@ -19,6 +19,10 @@ const (
 	// FrameRestore (host → guest): RestoreMsg. Answered by
 	// FrameFileResult.
 	FrameRestore = 'R'
+	// FrameSync (host → guest, no payload): flush every filesystem to
+	// its disk (sync(2)), before the host stops the machine to keep its
+	// disk as a snapshot layer. Answered by FrameFileResult.
+	FrameSync = 'Y'
 
 	// FrameDial (guest → host): a connection to the proxy was opened
 	// inside; id is the guest's connection id (GuestIDBit set), payload
@@ -73,6 +77,10 @@ type SetupMsg struct {
 	PidsMax    int
 	CPUMillis  int // cpu.max quota per 100 ms period, in thousandths of a CPU
 	FileSizeMB int
+	// DiskMB caps what the sandbox may write to its root disk in all
+	// (the rest of the disk's free space is reserved); 0: the disk's free
+	// space.
+	DiskMB int
 }
 
 // EtcFile is one file SetupMsg writes.
@@ -109,6 +117,7 @@ func (m SetupMsg) Marshal() []byte {
 	e.uint(uint64(m.PidsMax))
 	e.uint(uint64(m.CPUMillis))
 	e.uint(uint64(m.FileSizeMB))
+	e.uint(uint64(m.DiskMB))
 	return e.b
 }
 
@@ -124,7 +133,7 @@ func (m *SetupMsg) Unmarshal(b []byte) error {
 		m.Etc = append(m.Etc, EtcFile{Path: d.string(), Data: d.bytes()})
 	}
 	m.ProxyPort, m.MemoryMB, m.PidsMax = int(d.uint()), int(d.uint()), int(d.uint())
-	m.CPUMillis, m.FileSizeMB = int(d.uint()), int(d.uint())
+	m.CPUMillis, m.FileSizeMB, m.DiskMB = int(d.uint()), int(d.uint()), int(d.uint())
 	return d.end()
 }
 

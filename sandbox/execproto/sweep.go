@@ -24,6 +24,9 @@ type proc struct {
 	ppid, sid int
 	start     uint64 // clock ticks after boot
 	zombie    bool
+	// kthread: a kernel thread (PF_KTHREAD), which a guest's PID 1 sees
+	// in /proc and signals do not end: never one of a command's.
+	kthread bool
 }
 
 // readProc reads /proc/PID/stat; false: the process is gone.
@@ -46,11 +49,14 @@ func readProc(pid int) (proc, bool) {
 	ppid, err1 := strconv.Atoi(f[1])
 	sid, err2 := strconv.Atoi(f[3])
 	start, err3 := strconv.ParseUint(f[19], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
+	flags, err4 := strconv.ParseUint(f[6], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 		return proc{}, false
 	}
-	return proc{ppid: ppid, sid: sid, start: start, zombie: f[0] == "Z"}, true
+	return proc{ppid: ppid, sid: sid, start: start, zombie: f[0] == "Z", kthread: flags&pfKthread != 0}, true
 }
+
+const pfKthread = 0x00200000
 
 // pids lists the processes of the namespace but PID 1.
 func pids() []int {
@@ -72,7 +78,7 @@ func pids() []int {
 func killSessions(kill func(sid int) bool) int {
 	n := 0
 	for _, pid := range pids() {
-		if p, ok := readProc(pid); ok && !p.zombie && kill(p.sid) {
+		if p, ok := readProc(pid); ok && !p.zombie && !p.kthread && kill(p.sid) {
 			syscall.Kill(pid, syscall.SIGKILL)
 			n++
 		}
@@ -93,7 +99,7 @@ func killOutside(leaders map[int]bool) int {
 	}
 	n := 0
 	for _, pid := range all {
-		if p, ok := t.procs[pid]; ok && !p.zombie && !t.keep(pid) {
+		if p, ok := t.procs[pid]; ok && !p.zombie && !p.kthread && !t.keep(pid) {
 			syscall.Kill(pid, syscall.SIGKILL)
 			n++
 		}
