@@ -240,7 +240,7 @@ func ReadsRuns(s *spec.Spec) []string {
 var (
 	isolationOrder = append([]string{"none"}, spec.IsolationLevels()...)
 	rungIsolation  = map[string]string{
-		"firecracker": "vm", "smolvm": "vm", "docker": "container",
+		"firecracker": "vm", "qemu": "vm", "smolvm": "vm", "docker": "container",
 		"bwrap": "namespaced", "landlock": "process", "host": "none",
 	}
 )
@@ -251,7 +251,7 @@ var (
 func minIsolation(sb spec.SandboxPolicy) string {
 	ladder := sb.Ladder
 	if len(ladder) == 0 {
-		ladder = spec.DefaultLadder()
+		ladder = spec.DefaultLadderFor(sb.MinIsolation)
 	}
 	weakest := len(isolationOrder) - 1
 	for _, rung := range ladder {

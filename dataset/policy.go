@@ -157,6 +157,9 @@ func Looser(base, env *spec.Environment) []LooserField {
 	if !reflect.DeepEqual(es.Firecracker, bs.Firecracker) {
 		add("sandbox.firecracker", "other settings", "the spec's (the machine's settings, not a task's)")
 	}
+	if !reflect.DeepEqual(es.QEMU, bs.QEMU) {
+		add("sandbox.qemu", "other settings", "the spec's (the machine's settings, not a task's)")
+	}
 	return out
 }
 

@@ -293,7 +293,7 @@ func (m *Manager) Prepare(ctx context.Context, env *spec.Environment, opts Setup
 func prepareKey(env *spec.Environment) string { return Identity(env) + "-" + rungKey(env) }
 
 // rungKey is what picks the rung and where setup runs on it: the ladder,
-// min_isolation, allow_unsafe_host and cgroup. A snapshot belongs to the
+// min_isolation, allow_unsafe_host, cgroup and the VM rungs' settings. A snapshot belongs to the
 // rung that made it, so environments that may choose different rungs never
 // share one.
 func rungKey(env *spec.Environment) string {
@@ -301,7 +301,24 @@ func rungKey(env *spec.Environment) string {
 	if sb == nil {
 		return "default"
 	}
-	return shortHash([]any{sb.Ladder, sb.MinIsolation, sb.AllowUnsafeHost, sb.Cgroup})
+	return shortHash([]any{sb.Ladder, sb.MinIsolation, sb.AllowUnsafeHost, sb.Cgroup, sb.Firecracker, sb.QEMU})
+}
+
+// VMSettings are the spec's settings of the microVM rung named rung
+// (sandbox.firecracker or sandbox.qemu), and its default_image; nil and ""
+// for other rungs.
+func VMSettings(pol *spec.SandboxPolicy, rung string) (*sandbox.VMSettings, string) {
+	var b *spec.MicroVM
+	switch rung {
+	case sandbox.RungFirecracker:
+		b = pol.Firecracker
+	case sandbox.RungQEMU:
+		b = pol.QEMU
+	}
+	if b == nil {
+		return nil, ""
+	}
+	return &sandbox.VMSettings{Kernel: b.Kernel, Guest: b.Guest, WarmPool: b.WarmPool, VCPUs: b.VCPUs, MemoryMB: b.MemoryMB}, b.DefaultImage
 }
 
 func minLevel(pol *spec.SandboxPolicy) (sandbox.Level, error) {
@@ -316,15 +333,16 @@ func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment,
 	if pol == nil {
 		pol = &spec.SandboxPolicy{}
 	}
-	ladder := pol.Ladder
-	if len(ladder) == 0 {
-		ladder = sandbox.DefaultLadder()
-	}
 	min, err := minLevel(pol)
 	if err != nil {
 		return nil, err
 	}
-	rung, probes, err := sandbox.Select(ctx, m.rungs, ladder, min, pol.AllowUnsafeHost)
+	ladder := pol.Ladder
+	if len(ladder) == 0 {
+		ladder = sandbox.DefaultLadderFor(min)
+	}
+	rungs := sandbox.RungsFor(m.rungs, func(name string) *sandbox.VMSettings { s, _ := VMSettings(pol, name); return s })
+	rung, probes, err := sandbox.Select(ctx, rungs, ladder, min, pol.AllowUnsafeHost)
 	if err != nil {
 		return nil, &InfraError{Phase: "sandbox", Err: err}
 	}
@@ -335,26 +353,33 @@ func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment,
 	}
 	p.Workdir = workdir
 	p.root = sandbox.Config{Workdir: workdir, Env: map[string]string{}}
-	if env.Image != "" {
+	_, defaultImage := VMSettings(pol, rung.Name())
+	imageRef := env.Image
+	if imageRef == "" {
+		// A VM boots an image: one that names none gets the rung's
+		// default_image (the rung refuses when there is none).
+		imageRef = defaultImage
+	}
+	if imageRef != "" {
 		if m.images == nil {
 			return nil, &InfraError{Phase: "image", Err: errors.New("no image store configured")}
 		}
 		var img *image.Image
 		var err error
 		if sig := pol.ImageSignatures; sig != nil && len(sig.Keys) > 0 {
-			img, err = m.images.ResolveVerified(ctx, image.Rewrite(env.ImageMirrors, env.Image), sig.Keys, sig.AllowLocal)
+			img, err = m.images.ResolveVerified(ctx, image.Rewrite(env.ImageMirrors, imageRef), sig.Keys, sig.AllowLocal)
 		} else {
-			img, err = m.images.Resolve(ctx, image.Rewrite(env.ImageMirrors, env.Image))
+			img, err = m.images.Resolve(ctx, image.Rewrite(env.ImageMirrors, imageRef))
 		}
 		if err != nil {
-			return nil, &InfraError{Phase: "image", Err: fmt.Errorf("resolving %s: %w", env.Image, err)}
+			return nil, &InfraError{Phase: "image", Err: fmt.Errorf("resolving %s: %w", imageRef, err)}
 		}
 		if sig := pol.ImageSignatures; sig != nil && len(sig.Keys) > 0 {
 			p.verified.Passed(signatureKey(sig))
 		}
 		p.Image = img
 		p.root.Root = img.Root
-		p.root.Image = env.Image
+		p.root.Image = imageRef
 		p.root.ImageDigest = img.Digest
 		p.root.User = img.User
 		for _, kv := range img.Env {

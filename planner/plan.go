@@ -16,6 +16,7 @@ import (
 	"evals.si/checker"
 	"evals.si/dataset"
 	"evals.si/engine"
+	"evals.si/environment"
 	"evals.si/evaluate"
 	"evals.si/model"
 	"evals.si/sandbox"
@@ -366,7 +367,8 @@ func (h *Host) preflight(ctx context.Context, at where, env *spec.Environment) e
 		}
 		min = l
 	}
-	if _, _, err := sandbox.Select(ctx, h.Rungs, pol.Ladder, min, pol.AllowUnsafeHost); err != nil {
+	rungs := sandbox.RungsFor(h.Rungs, func(name string) *sandbox.VMSettings { s, _ := environment.VMSettings(pol, name); return s })
+	if _, _, err := sandbox.Select(ctx, rungs, pol.Ladder, min, pol.AllowUnsafeHost); err != nil {
 		return SpecError{fmt.Errorf("refusing to start an agent run: %w", err)}
 	}
 	return nil

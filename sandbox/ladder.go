@@ -8,14 +8,18 @@ import (
 	"strings"
 )
 
-// Rung names the ladder knows. firecracker and smolvm are probed but cannot
-// run sandboxes yet; host is never in the default ladder.
+// Rung names the ladder knows. smolvm is probed but cannot run sandboxes
+// yet; host is never in the default ladder.
 const (
 	RungFirecracker = "firecracker"
-	RungSmolVM      = "smolvm"
-	RungBwrap       = "bwrap"
-	RungLandlock    = "landlock"
-	RungDocker      = "docker"
+	// RungQEMU is the microVM rung under QEMU's microvm machine, KVM when
+	// usable and software emulation otherwise: the same guest and disks
+	// as firecracker, where Firecracker cannot run.
+	RungQEMU     = "qemu"
+	RungSmolVM   = "smolvm"
+	RungBwrap    = "bwrap"
+	RungLandlock = "landlock"
+	RungDocker   = "docker"
 	// RungPod is one Kubernetes pod per sandbox; a worker reaches it only
 	// through a sandbox pool (evalsid sandboxd --rung pod, a SandboxClass).
 	RungPod  = "pod"
@@ -26,6 +30,18 @@ const (
 // It returns a fresh slice so callers may modify it.
 func DefaultLadder() []string {
 	return []string{RungFirecracker, RungBwrap, RungLandlock}
+}
+
+// DefaultLadderFor is the ladder a spec that names none gets with
+// min_isolation min: the default one, but for vm the VM rungs, firecracker
+// then qemu (which the default ladder leaves out: under software
+// emulation a VM is seconds, not milliseconds, so only a task that needs
+// a VM gets one).
+func DefaultLadderFor(min Level) []string {
+	if min >= LevelVM {
+		return []string{RungFirecracker, RungQEMU}
+	}
+	return DefaultLadder()
 }
 
 // ErrNoRung is wrapped by Select's error when no rung of the ladder works.
@@ -39,7 +55,7 @@ var ErrNoRung = errors.New("no sandbox rung works")
 // so the user can see what to install or change.
 func Select(ctx context.Context, available []Rung, ladder []string, min Level, allowUnsafeHost bool) (Rung, []Probe, error) {
 	if len(ladder) == 0 {
-		ladder = DefaultLadder()
+		ladder = DefaultLadderFor(min)
 	}
 	byName := make(map[string]Rung, len(available))
 	for _, r := range available {

@@ -184,6 +184,40 @@ type Config struct {
 	Run string `json:"run,omitempty"`
 }
 
+// VMConfigurable is a rung whose machine settings an environment may give
+// (the microVM rungs, from sandbox.firecracker and sandbox.qemu): its
+// kernel and guest decide whether it works at all, so the ladder probes the
+// rung with them.
+type VMConfigurable interface {
+	// WithVM is the rung with s over its own settings. The same s gives
+	// the same rung, so its probe and warm pools are kept.
+	WithVM(s VMSettings) Rung
+}
+
+// RungsFor is rungs with each VMConfigurable one given settings(its name)
+// when that is not nil.
+func RungsFor(rungs []Rung, settings func(rung string) *VMSettings) []Rung {
+	out := make([]Rung, len(rungs))
+	for i, r := range rungs {
+		out[i] = r
+		if c, ok := r.(VMConfigurable); ok {
+			if s := settings(r.Name()); s != nil {
+				out[i] = c.WithVM(*s)
+			}
+		}
+	}
+	return out
+}
+
+// VMSettings tune a microVM rung; zero fields keep the rung's own.
+type VMSettings struct {
+	Kernel   string
+	Guest    string
+	WarmPool int
+	VCPUs    int
+	MemoryMB int
+}
+
 // Sweeper is implemented by rungs whose sandboxes can outlive the process
 // that made them (a Docker container keeps running when the engine is
 // killed): Sweep removes the sandboxes and snapshots whose Config.Owner

@@ -196,6 +196,9 @@ func (s *Server) confineEnvironment(field string, env *spec.Environment) error {
 	if fc := sb.Firecracker; fc != nil && (fc.Kernel != "" || fc.Guest != "" || fc.Jailer != "") {
 		return refused(fmt.Errorf("%s.sandbox.firecracker names files on the worker; the worker's own configuration sets them", field))
 	}
+	if q := sb.QEMU; q != nil && (q.Kernel != "" || q.Guest != "") {
+		return refused(fmt.Errorf("%s.sandbox.qemu names files on the worker; the worker's own configuration sets them", field))
+	}
 	return nil
 }
 

@@ -31,6 +31,17 @@ const (
 // DefaultLadder is the sandbox ladder, strongest rung first.
 func DefaultLadder() []string { return []string{"firecracker", "bwrap", "landlock"} }
 
+// DefaultLadderFor is the default ladder for a min_isolation: for vm, the
+// VM rungs (firecracker, then qemu, which the default ladder leaves out
+// because under software emulation a VM costs seconds), as
+// sandbox.DefaultLadderFor.
+func DefaultLadderFor(minIsolation string) []string {
+	if minIsolation == "vm" {
+		return []string{"firecracker", "qemu"}
+	}
+	return DefaultLadder()
+}
+
 // DefaultConcurrency is 2 × the number of CPUs.
 func DefaultConcurrency() int { return 2 * runtime.NumCPU() }
 
@@ -92,7 +103,7 @@ func (e *Environment) ApplyDefaults() {
 		sb.Network = DefaultNetwork
 	}
 	if len(sb.Ladder) == 0 {
-		sb.Ladder = DefaultLadder()
+		sb.Ladder = DefaultLadderFor(sb.MinIsolation)
 	}
 	if sb.Cgroup == "" {
 		sb.Cgroup = DefaultCgroup

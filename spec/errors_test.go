@@ -116,7 +116,7 @@ func TestValidateErrors(t *testing.T) {
 				`t.yaml:5:18: bad setup_network "maybe"; use one of deny, allow`,
 				`t.yaml:7:14: bad network "maybe"; use one of deny, allowlist, allow`,
 				`t.yaml:8:20: bad min_isolation "kvm"; did you mean "vm"? use one of process, namespaced, container, vm`,
-				`t.yaml:9:21: bad rung "bwarp"; did you mean "bwrap"? use one of firecracker, smolvm, bwrap, landlock, docker, pod, host`,
+				`t.yaml:9:21: bad rung "bwarp"; did you mean "bwrap"? use one of firecracker, qemu, smolvm, bwrap, landlock, docker, pod, host`,
 				`t.yaml:9:28: the host rung has no isolation; set allow_unsafe_host: true if you accept running agents with no isolation`,
 				`t.yaml:9:34: rung "bwrap" is listed twice`,
 			}},

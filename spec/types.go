@@ -451,7 +451,11 @@ type SandboxPolicy struct {
 	// (file_size_mb caps each file).
 	DiskMB          int              `json:"disk_mb,omitempty"`
 	ImageSignatures *ImageSignatures `json:"image_signatures,omitempty"`
-	Firecracker     *Firecracker     `json:"firecracker,omitempty"`
+	Firecracker     *MicroVM         `json:"firecracker,omitempty"`
+	// QEMU configures the qemu rung: the same guest under QEMU's microvm
+	// machine (KVM when usable, else software emulation), with the same
+	// settings but jailer.
+	QEMU *MicroVM `json:"qemu,omitempty"`
 }
 
 type ImageSignatures struct {
@@ -459,7 +463,8 @@ type ImageSignatures struct {
 	AllowLocal bool     `json:"allow_local,omitempty"`
 }
 
-type Firecracker struct {
+// MicroVM is a microVM rung's settings (sandbox.firecracker, sandbox.qemu).
+type MicroVM struct {
 	Kernel       string `json:"kernel,omitempty"`
 	Guest        string `json:"guest,omitempty"`
 	WarmPool     int    `json:"warm_pool,omitempty"`

@@ -29,7 +29,7 @@ func IsolationLevels() []string { return []string{"process", "namespaced", "cont
 
 // Rungs lists the sandbox.ladder rungs.
 func Rungs() []string {
-	return []string{"firecracker", "smolvm", "bwrap", "landlock", "docker", "pod", "host"}
+	return []string{"firecracker", "qemu", "smolvm", "bwrap", "landlock", "docker", "pod", "host"}
 }
 
 // RecordingModes lists harness.builtin.recording.mode values.
@@ -650,11 +650,21 @@ func (v *validator) sandbox(path string, sb *SandboxPolicy) {
 	if is := sb.ImageSignatures; is != nil && len(is.Keys) == 0 {
 		v.add(path+".image_signatures", "list cosign public keys (files or PEM text)", "image_signatures needs keys")
 	}
-	if fc := sb.Firecracker; fc != nil {
-		p := path + ".firecracker"
+	for _, vmb := range []struct {
+		name string
+		fc   *MicroVM
+	}{{"firecracker", sb.Firecracker}, {"qemu", sb.QEMU}} {
+		name, fc := vmb.name, vmb.fc
+		if fc == nil {
+			continue
+		}
+		p := path + "." + name
 		v.nonNegative(p+".warm_pool", float64(fc.WarmPool))
 		v.nonNegative(p+".vcpus", float64(fc.VCPUs))
 		v.nonNegative(p+".memory_mb", float64(fc.MemoryMB))
+		if name == "qemu" && fc.Jailer != "" {
+			v.add(p+".jailer", "remove it", "the jailer is Firecracker's; the qemu rung runs QEMU under its own seccomp sandbox")
+		}
 	}
 }
 
