@@ -26,10 +26,12 @@ import (
 	"evals.si/sandbox"
 	"evals.si/sandbox/bwrap"
 	"evals.si/sandbox/docker"
+	"evals.si/sandbox/firecracker"
 	"evals.si/sandbox/host"
 	"evals.si/sandbox/landlock"
+	"evals.si/sandbox/qemu"
 	"evals.si/sandbox/smolvm"
-	"evals.si/sandbox/vmprobe"
+	"evals.si/sandbox/vm"
 	"evals.si/spec"
 	"evals.si/store"
 	"evals.si/telemetry"
@@ -70,7 +72,11 @@ type App struct {
 // the ladder decides which is used.
 func Rungs() []sandbox.Rung {
 	return []sandbox.Rung{
-		vmprobe.Firecracker(),
+		// Firecracker boots an uncompressed vmlinux only: the documented
+		// path, unless the spec names another.
+		vm.New(vm.Options{VMM: firecracker.New(firecracker.Options{}), RawDisks: true,
+			Settings: sandbox.VMSettings{Kernel: "/var/lib/evalsi/vmlinux"}}),
+		vm.New(vm.Options{VMM: qemu.New(qemu.Options{})}),
 		smolvm.New(smolvm.Options{}),
 		bwrap.New(bwrap.Options{}),
 		landlock.New(),

@@ -19,11 +19,14 @@ import (
 	"evals.si/image"
 	"evals.si/sandbox"
 	"evals.si/sandbox/bwrap"
+	"evals.si/sandbox/firecracker"
 	"evals.si/sandbox/landlock"
 	podrung "evals.si/sandbox/pod"
 	"evals.si/sandbox/pool"
 	"evals.si/sandbox/pool/wire"
+	"evals.si/sandbox/qemu"
 	"evals.si/sandbox/remote"
+	"evals.si/sandbox/vm"
 )
 
 // sandboxd is `evalsid sandboxd`: the sandbox pool workers lease their
@@ -36,7 +39,16 @@ func sandboxd(ctx context.Context, args []string, stderr io.Writer, logger *slog
 	keyFile := fs.String("tls-key", "", "the pool's private key (PEM)")
 	clientCA := fs.String("client-ca", "", "the CA that signs the workers' client certificates (PEM); no other client is let in")
 	stateDir := fs.String("state-dir", "", "images, sandboxes, snapshots and proxy sockets")
-	rungName := fs.String("rung", sandbox.RungBwrap, "the rung the pool's sandboxes run on: bwrap, landlock or pod")
+	rungName := fs.String("rung", sandbox.RungBwrap, "the rung the pool's sandboxes run on: bwrap, landlock, firecracker, qemu or pod")
+	var vmSet sandbox.VMSettings
+	fs.StringVar(&vmSet.Kernel, "vm-kernel", "", "firecracker and qemu: the guest kernel (default: /var/lib/evalsi/vmlinux, or scripts/build-vm-kernel.sh's bundle for qemu)")
+	fs.StringVar(&vmSet.Guest, "vm-guest", "", "firecracker and qemu: evalsi-guest (default: next to evalsid)")
+	fs.IntVar(&vmSet.WarmPool, "vm-warm-pool", 0, "firecracker and qemu: machines kept restored and serving per image or snapshot")
+	fs.IntVar(&vmSet.VCPUs, "vm-vcpus", 0, "firecracker and qemu: vCPUs per VM (default 1)")
+	fs.IntVar(&vmSet.MemoryMB, "vm-memory-mb", 0, "firecracker and qemu: memory per VM in MB (default 1024)")
+	jailer := fs.String("vm-jailer", "", "firecracker: run each VM through this jailer (needs root and --vm-jailer-uid/--vm-jailer-gid)")
+	jailUID := fs.Int("vm-jailer-uid", 0, "firecracker: the unprivileged uid the jailer runs Firecracker as")
+	jailGID := fs.Int("vm-jailer-gid", 0, "firecracker: the unprivileged gid the jailer runs Firecracker as")
 	var allowHosts stringList
 	fs.Var(&allowHosts, "allow-host", "a host (host or host:port, *.domain wildcards) the pool's sandboxes may reach at most; repeat it (default: what each run's policy says)")
 	var po podFlags
@@ -75,6 +87,14 @@ func sandboxd(ctx context.Context, args []string, stderr io.Writer, logger *slog
 		rung = bwrap.New(bwrap.Options{})
 	case sandbox.RungLandlock:
 		rung = landlock.New()
+	case sandbox.RungFirecracker:
+		if vmSet.Kernel == "" {
+			vmSet.Kernel = "/var/lib/evalsi/vmlinux"
+		}
+		fc := firecracker.New(firecracker.Options{Jailer: *jailer, UID: *jailUID, GID: *jailGID})
+		rung = vm.New(vm.Options{VMM: fc, RawDisks: true, Settings: vmSet, CacheDir: filepath.Join(*stateDir, "vm")})
+	case sandbox.RungQEMU:
+		rung = vm.New(vm.Options{VMM: qemu.New(qemu.Options{}), Settings: vmSet, CacheDir: filepath.Join(*stateDir, "vm")})
 	case podrung.Name:
 		r, err := po.rung(logger)
 		if err != nil {
@@ -82,7 +102,7 @@ func sandboxd(ctx context.Context, args []string, stderr io.Writer, logger *slog
 		}
 		rung, sweeper = r, r
 	default:
-		return usageErr{fmt.Errorf("--rung %q: bwrap, landlock or pod", *rungName)}
+		return usageErr{fmt.Errorf("--rung %q: bwrap, landlock, firecracker, qemu or pod", *rungName)}
 	}
 	tlsCfg, err := pool.TLSConfig(*certFile, *keyFile, *clientCA)
 	if err != nil {

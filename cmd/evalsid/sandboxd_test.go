@@ -144,7 +144,7 @@ func TestSandboxdUsageErrors(t *testing.T) {
 	}{
 		{"sandboxd without TLS", []string{"sandboxd", "--listen", "127.0.0.1:0", "--state-dir", dir}, "--tls-cert"},
 		{"sandboxd with --max-requests 0", []string{"sandboxd", "--listen", "127.0.0.1:0", "--tls-cert", "c", "--tls-key", "k", "--client-ca", "ca", "--state-dir", dir, "--max-requests", "0"}, "--max-requests 0"},
-		{"sandboxd with an unknown rung", []string{"sandboxd", "--listen", "127.0.0.1:0", "--tls-cert", "c", "--tls-key", "k", "--client-ca", "ca", "--state-dir", dir, "--rung", "docker"}, "bwrap, landlock or pod"},
+		{"sandboxd with an unknown rung", []string{"sandboxd", "--listen", "127.0.0.1:0", "--tls-cert", "c", "--tls-key", "k", "--client-ca", "ca", "--state-dir", dir, "--rung", "docker"}, "bwrap, landlock, firecracker, qemu or pod"},
 		{"worker pool without a certificate", []string{"worker", "--server", "http://127.0.0.1:1", "--sandbox-address", "127.0.0.1:1"}, "sandbox.cert"},
 		{"worker config misspelt", []string{"worker", "--server", "http://127.0.0.1:1", "--config", bad}, "adress"},
 	} {
