@@ -44,6 +44,7 @@ func options(t *testing.T) sandboxtest.Options {
 			sandboxtest.RowSeeHostProcess: none,
 			sandboxtest.RowKillHostProc:   none,
 			sandboxtest.RowPtrace:         "no seccomp filter",
+			sandboxtest.RowVsock:          "no seccomp filter: the host's vsock (its hypervisor, when the host is a VM) is reachable",
 			sandboxtest.RowEngineEnv:      "the engine's /proc/PID/environ is readable by the same user",
 		},
 		NotRun: map[string]string{

@@ -3,7 +3,9 @@ package limits
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -152,6 +154,7 @@ func seccompFilter(notify bool) ([]byte, error) {
 		insn{code: bpfJeqK, k: unix.SYS_CLONE3, jt: "enosys"},
 		insn{code: bpfJeqK, k: unix.SYS_CLONE, jt: "flags"},
 		insn{code: bpfJeqK, k: unix.SYS_UNSHARE, jt: "flags"},
+		insn{code: bpfJeqK, k: unix.SYS_SOCKET, jt: "family"},
 	)
 	if notify {
 		prog = append(prog,
@@ -169,6 +172,12 @@ func seccompFilter(notify bool) ([]byte, error) {
 		// clone(flags, …) and unshare(flags): refuse new user namespaces.
 		insn{label: "flags", code: bpfLdWAbs, k: 16},
 		insn{code: bpfJsetK, k: unix.CLONE_NEWUSER, jt: refuse},
+		insn{code: bpfRetK, k: retAllow},
+		// socket(AF_VSOCK, …): vsock reaches the hypervisor (the host of
+		// a microVM sandbox, or of a cloud VM the engine runs in) past
+		// any network namespace; Docker's profile refuses it too.
+		insn{label: "family", code: bpfLdWAbs, k: 16},
+		insn{code: bpfJeqK, k: unix.AF_VSOCK, jt: refuse},
 		insn{code: bpfRetK, k: retAllow},
 	)
 	if notify {
@@ -224,4 +233,25 @@ func seccompFilter(notify bool) ([]byte, error) {
 		out = binary.NativeEndian.AppendUint32(out, in.k)
 	}
 	return out, nil
+}
+
+// InstallSeccompFilter puts this whole process (every thread, TSYNC) and
+// everything it starts from then on under SeccompFilter, after setting
+// no_new_privs, which an unprivileged process needs to install one: for a
+// helper inside a sandbox whose runtime's own profile is weaker (the pod
+// rung's, under the cluster's RuntimeDefault).
+func InstallSeccompFilter() error {
+	prog, err := SeccompFilter()
+	if err != nil {
+		return err
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("setting no_new_privs: %w", err)
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog) / 8), Filter: (*unix.SockFilter)(unsafe.Pointer(&prog[0]))}
+	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog))); e != 0 {
+		return fmt.Errorf("installing the seccomp filter: %w", e)
+	}
+	runtime.KeepAlive(prog)
+	return nil
 }

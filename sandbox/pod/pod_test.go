@@ -78,9 +78,6 @@ func suiteOptions() sandboxtest.Options {
 			sandboxtest.CapSnapshot: "a pod's filesystem cannot become a layer new pods start from; setup runs once per trial",
 			sandboxtest.CapEtcFiles: "the kubelet writes the pod's /etc/hosts (its own IPv6 lines, fe00::… where Docker writes ff0x::…) and /etc/resolv.conf from dnsPolicy, which the rung sets to None with nameserver 127.0.0.1 on purpose (no resolver in any mode); the hostname is 12 hex digits and resolves, as in Docker",
 		},
-		Uncontained: map[string]string{
-			sandboxtest.RowPtrace: "the runtime's default seccomp profile (RuntimeDefault, Docker's) allows ptrace of the pod's own processes (safe since Linux 4.8); the node's processes live in another PID namespace",
-		},
 		NotRun: map[string]string{
 			sandboxtest.RowForkBomb: "Kubernetes has no per-pod pids field: pids_max is not applied, a pod's processes are bounded only by the kubelet's podPidsLimit (not set on the test node)",
 		},

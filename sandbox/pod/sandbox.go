@@ -484,7 +484,7 @@ func (s *Sandbox) Report() sandbox.Report {
 	if lim.FileSizeMB > 0 {
 		rep.Limits = append(rep.Limits, fmt.Sprintf("rlimit FSIZE %d MiB", lim.FileSizeMB))
 	}
-	rep.Limits = append(rep.Limits, "no-new-privileges (allowPrivilegeEscalation: false)", "seccomp RuntimeDefault")
+	rep.Limits = append(rep.Limits, "no-new-privileges (allowPrivilegeEscalation: false)", "seccomp RuntimeDefault, and the other rungs' filter under it (installed by the pod's helper: no ptrace, mount, user namespaces, AF_VSOCK, …)")
 	if s.cfg.ReadOnlyRoot {
 		rep.Limits = append(rep.Limits, "read-only root")
 	}

@@ -38,6 +38,9 @@ const (
 	// RowUserToRoot runs as a non-root user (ExecRequest.User, a numeric
 	// uid with no passwd entry) trying to become root again.
 	RowUserToRoot = "user-to-root"
+	// RowVsock opens an AF_VSOCK socket and connects to the host (CID 2):
+	// vsock reaches the hypervisor past every network namespace.
+	RowVsock = "vsock"
 )
 
 // EscapeLimits are the limits every escape row runs under; the fork bomb
@@ -165,6 +168,22 @@ sys.exit(0 if r == 0 else 1)"`)
 			nested := sh(t, e.sb, "mkdir -p m2 && unshare -Urm sh -c 'mount -t tmpfs none m2'")
 			return direct.ExitCode != 0 && nested.ExitCode != 0,
 				fmt.Sprintf("direct exit %d, via unshare -Urm exit %d (%s)", direct.ExitCode, nested.ExitCode, short(nested.Stderr))
+		}, nil},
+	{RowVsock, "open an AF_VSOCK socket and connect to the host (CID 2, ports 1024 and 52)", "contained: socket(AF_VSOCK) is refused (EPERM by seccomp, or EACCES by an LSM)",
+		func(t *testing.T, e *escapeEnv) (bool, string) {
+			res := sh(t, e.sb, `python3 -c "
+import errno, socket, sys
+try:
+    s = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+except OSError as err:
+    print('socket', errno.errorcode.get(err.errno, err.errno)); sys.exit(1 if err.errno in (errno.EPERM, errno.EACCES) else 2)
+for port in (1024, 52):
+    try:
+        s.settimeout(2); s.connect((2, port)); print('CONNECTED', port); sys.exit(0)
+    except OSError as err:
+        print('connect', port, errno.errorcode.get(err.errno, err.errno))
+sys.exit(3)"`)
+			return res.ExitCode == 1, fmt.Sprintf("exit %d: %s%s", res.ExitCode, trim(res.Stdout), short(res.Stderr))
 		}, nil},
 	{RowDaemon, "leave a double-forked setsid daemon running", "contained: it is killed when the command ends",
 		func(t *testing.T, e *escapeEnv) (bool, string) {

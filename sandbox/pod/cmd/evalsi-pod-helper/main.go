@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"evals.si/sandbox/limits"
 	"evals.si/sandbox/pod/internal/helper"
 )
 
@@ -38,8 +39,18 @@ func run(args []string) error {
 		if len(args) > 1 {
 			wd = args[1]
 		}
+		if err := limits.InstallSeccompFilter(); err != nil {
+			return err
+		}
 		return helper.Init(wd)
 	case "run":
+		// The runtime's RuntimeDefault profile is Docker's, which lets
+		// the sandbox ptrace its own processes and open AF_VSOCK sockets
+		// (a node that is itself a VM has a hypervisor there): the
+		// commands also get the filter the other rungs use.
+		if err := limits.InstallSeccompFilter(); err != nil {
+			return err
+		}
 		return helper.Run(os.Stdin, os.Stdout)
 	}
 	return fmt.Errorf("unknown mode %q", args[0])
