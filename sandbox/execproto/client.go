@@ -9,6 +9,11 @@ import (
 	"sync"
 )
 
+// maxServerFrame bounds what the host accepts from a server in one
+// frame: a file read's answer (64 MiB at most) and its framing. A guest is
+// not trusted to size the host's allocations.
+const maxServerFrame = 64<<20 + 1<<20
+
 // Client is the host's end of a server it reaches over a byte stream (a
 // microVM guest's control port). It demultiplexes the server's frames to
 // the calls in flight; the frames of guest tunnels go to Options.Tunnel.
@@ -95,7 +100,7 @@ func (c *Client) read(r io.Reader) {
 		var kind byte
 		var id uint32
 		var p []byte
-		if kind, id, p, err = ReadFrame(br); err != nil {
+		if kind, id, p, err = ReadFrameMax(br, maxServerFrame); err != nil {
 			break
 		}
 		switch kind {

@@ -140,12 +140,18 @@ func WriteFrame(w io.Writer, kind byte, id uint32, payload []byte) error {
 }
 
 func ReadFrame(r *bufio.Reader) (kind byte, id uint32, payload []byte, err error) {
+	return ReadFrameMax(r, maxFrame)
+}
+
+// ReadFrameMax is ReadFrame refusing payloads over max bytes before it
+// allocates them.
+func ReadFrameMax(r *bufio.Reader, max uint32) (kind byte, id uint32, payload []byte, err error) {
 	var h [9]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, 0, nil, err
 	}
 	n := binary.BigEndian.Uint32(h[5:])
-	if n > maxFrame {
+	if n > max {
 		return 0, 0, nil, fmt.Errorf("frame of %d bytes", n)
 	}
 	payload = make([]byte, n)

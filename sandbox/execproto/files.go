@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 )
 
 // The host's ReadFile and WriteFile are served here, inside the sandbox:
@@ -70,9 +71,14 @@ func (sv *server) file(id uint32, m FileMsg) {
 }
 
 // openRegular opens p for flags after checking, through an O_PATH
-// descriptor, that it is a regular file.
+// descriptor, that it is a regular file of an ordinary file system. The
+// server may hold more than the sandbox's commands (in a guest, every
+// capability; its own /proc/self): magic links (/proc/self/fd/N, exe,
+// root) are not followed, and kernel files are refused, since the path is
+// the sandbox's to choose: /proc/kmsg, for one, is a regular file whose
+// read blocks until the kernel logs.
 func openRegular(p string, flags int) (*os.File, error) {
-	pfd, err := syscall.Open(p, oPath|syscall.O_CLOEXEC, 0)
+	pfd, err := openPath(p)
 	if err != nil {
 		return nil, err
 	}
@@ -84,12 +90,54 @@ func openRegular(p string, flags int) (*os.File, error) {
 	if err := regular(st); err != nil {
 		return nil, err
 	}
+	var fs syscall.Statfs_t
+	if err := syscall.Fstatfs(pfd, &fs); err != nil {
+		return nil, err
+	}
+	if pseudoFS[fs.Type] {
+		return nil, errors.New("a kernel file (in /proc, /sys or another pseudo file system), not a file of the sandbox's: refused")
+	}
 	fd, err := syscall.Open(procFD+strconv.Itoa(pfd), flags|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), p), nil
 }
+
+// pseudoFS are the file systems whose files are the kernel's views, by
+// statfs magic: proc, sysfs, cgroup v1 and v2, debugfs, tracefs,
+// securityfs, bpf, pstore, efivarfs, configfs.
+var pseudoFS = map[int64]bool{
+	0x9fa0: true, 0x62656572: true, 0x27e0eb: true, 0x63677270: true, 0x64626720: true,
+	0x74726163: true, 0x73636673: true, 0xcafe4a11: true, 0x6165676c: true, 0xde5e81e4: true, 0x62656570: true,
+}
+
+// openPath is an O_PATH descriptor of p that did not go through a magic
+// link (openat2 RESOLVE_NO_MAGICLINKS; syscall has no openat2).
+func openPath(p string) (int, error) {
+	b, err := syscall.BytePtrFromString(p)
+	if err != nil {
+		return -1, err
+	}
+	how := struct{ flags, mode, resolve uint64 }{flags: oPath | syscall.O_CLOEXEC, resolve: resolveNoMagiclinks}
+	dirfd := atFDCWD
+	for {
+		fd, _, e := syscall.Syscall6(sysOpenat2, uintptr(dirfd), uintptr(unsafe.Pointer(b)), uintptr(unsafe.Pointer(&how)), unsafe.Sizeof(how), 0, 0)
+		switch e {
+		case 0:
+			return int(fd), nil
+		case syscall.EINTR, syscall.EAGAIN:
+			continue
+		}
+		return -1, e
+	}
+}
+
+const (
+	sysOpenat2          = 437 // the same on amd64 and arm64
+	atFDCWD             = -100
+	resolveNoMagiclinks = 0x02
+)
 
 func regular(st syscall.Stat_t) error {
 	switch st.Mode & syscall.S_IFMT {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 )
 
 // A Tunnel carries TCP connections over the exec protocol's stream (the
@@ -75,16 +76,33 @@ type tunnelConn struct {
 	overC     chan struct{}
 }
 
-func (t *Tunnel) add(id uint32, conn net.Conn) (*tunnelConn, bool) {
+// MaxTunnelConns bounds a tunnel's open connections, on both ends: each
+// costs the host a socket to the proxy, goroutines and up to a window of
+// queued bytes, so a sandbox opening connections without end must not be
+// able to spend the engine's descriptors and memory. Past it a new
+// connection is reset at once.
+const MaxTunnelConns = 128
+
+// tunnelDialTimeout bounds the host's dial of one connection.
+const tunnelDialTimeout = 30 * time.Second
+
+var errTunnelFull = fmt.Errorf("tunnel: %d connections open already", MaxTunnelConns)
+
+func (t *Tunnel) add(id uint32, conn net.Conn) (*tunnelConn, error) {
 	c := &tunnelConn{t: t, id: id, conn: conn, wake: make(chan struct{}, 1), credit: TunnelWindow, creditC: make(chan struct{}, 1), overC: make(chan struct{})}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed || t.conns[id] != nil {
-		return nil, false
+	switch {
+	case t.closed:
+		return nil, errors.New("tunnel: closed")
+	case t.conns[id] != nil:
+		return nil, errors.New("tunnel: connection id in use")
+	case len(t.conns) >= MaxTunnelConns:
+		return nil, errTunnelFull
 	}
 	t.conns[id] = c
 	t.wg.Add(1)
-	return c, true
+	return c, nil
 }
 
 // Open carries conn (accepted inside the guest) to the peer, which
@@ -107,10 +125,10 @@ func (t *Tunnel) Open(conn net.Conn) error {
 		conn.Close()
 		return errors.New("tunnel: no free connection id")
 	}
-	c, ok := t.add(id, conn)
-	if !ok {
+	c, err := t.add(id, conn)
+	if err != nil {
 		conn.Close()
-		return errors.New("tunnel: closed")
+		return err
 	}
 	if err := t.send(FrameDial, id, nil); err != nil {
 		c.end(false)
@@ -158,13 +176,13 @@ func (t *Tunnel) dialed(id uint32) {
 		go t.send(FrameReset, id, nil)
 		return
 	}
-	c, ok := t.add(id, nil)
-	if !ok {
-		// A reused id breaks the protocol: end both.
+	c, err := t.add(id, nil)
+	if err != nil {
 		t.mu.Lock()
 		old := t.conns[id]
 		t.mu.Unlock()
 		if old != nil {
+			// A reused id breaks the protocol: end both.
 			old.abort()
 		} else {
 			go t.send(FrameReset, id, nil)
@@ -172,7 +190,9 @@ func (t *Tunnel) dialed(id uint32) {
 		return
 	}
 	go func() {
-		conn, err := t.dial(t.ctx)
+		ctx, cancel := context.WithTimeout(t.ctx, tunnelDialTimeout)
+		conn, err := t.dial(ctx)
+		cancel()
 		if err != nil {
 			// No proxy: the guest's client sees its connection close.
 			t.send(FrameHangup, id, nil)

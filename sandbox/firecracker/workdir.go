@@ -191,8 +191,15 @@ func (w *workdir) remove() error {
 	return nil
 }
 
-// moveFile renames src to dst, copying across filesystems.
+// moveFile renames src to dst, copying across filesystems. src is in a
+// directory the (jailed, untrusted) VMM could write: it must be a regular
+// file itself, never a link the VMM planted to a host file.
 func moveFile(src, dst string) error {
+	if st, err := os.Lstat(src); err != nil {
+		return fmt.Errorf("moving %s: %w", src, err)
+	} else if !st.Mode().IsRegular() {
+		return fmt.Errorf("moving %s: not a regular file (%s): refused", src, st.Mode().Type())
+	}
 	err := os.Rename(src, dst)
 	if errors.Is(err, syscall.EXDEV) {
 		if err = copyFile(src, dst); err == nil {
@@ -206,11 +213,18 @@ func moveFile(src, dst string) error {
 }
 
 func copyFile(src, dst string) (err error) {
-	in, err := os.Open(src)
+	// O_NOFOLLOW and a check on the descriptor: what is copied is the
+	// regular file at src, never what a link there names.
+	in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
+	if st, err := in.Stat(); err != nil {
+		return err
+	} else if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file: refused", src)
+	}
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err

@@ -74,6 +74,10 @@ func (r *Rung) bootSnapshot(ctx context.Context, bf BootFiles, set sandbox.VMSet
 	}
 	err = snap.Save(ctx, inst.m, state)
 	inst.kill()
+	if err == nil && disk.Format == "qcow2" {
+		// The VMM wrote the disk: its backing is the engine's word again.
+		err = Rebase(ctx, disk.Path, root.Path, root.Format)
+	}
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, "ready"), nil, 0o600)
 	}

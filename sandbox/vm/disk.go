@@ -3,6 +3,7 @@ package vm
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -254,9 +255,16 @@ func Overlay(ctx context.Context, base, baseFormat, dst string) error {
 	if err != nil {
 		return fmt.Errorf("overlay %s: qemu-img not found: install qemu-utils", dst)
 	}
+	// -u with the size given: qemu-img does not open base's backing
+	// chain, whose qcow2 headers a VMM wrote (a compromised one could have
+	// named any file, or a network block device, for the engine to open).
+	size, err := virtualSize(abs, baseFormat)
+	if err != nil {
+		return fmt.Errorf("overlay %s: %w", dst, err)
+	}
 	// The backing path is absolute: qemu resolves a relative one against
 	// dst's directory, which is the machine's, not the cache's.
-	args := []string{"create", "-q", "-f", "qcow2", "-F", baseFormat, "-b", abs, dst}
+	args := []string{"create", "-q", "-f", "qcow2", "-u", "-F", baseFormat, "-b", abs, dst, strconv.FormatUint(size, 10)}
 	cmd := exec.CommandContext(ctx, qemuImg, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -265,6 +273,55 @@ func Overlay(ctx context.Context, base, baseFormat, dst string) error {
 		return fmt.Errorf("overlay %s: qemu-img %s: %w: %s", dst, strings.Join(args, " "), err, tail(out.String(), 2000))
 	}
 	return nil
+}
+
+// Rebase points the qcow2 file path's backing at base (of baseFormat),
+// whatever its header said: after a VMM wrote path (a machine's disk that
+// becomes a layer others start from), its header is the VMM's word, and
+// only the engine's own is kept. Only the header changes (-u): no file the
+// old header names is opened.
+func Rebase(ctx context.Context, path, base, baseFormat string) error {
+	abs, err := filepath.Abs(base)
+	if err != nil {
+		return fmt.Errorf("rebase %s: %w", path, err)
+	}
+	qemuImg, err := exec.LookPath("qemu-img")
+	if err != nil {
+		return fmt.Errorf("rebase %s: qemu-img not found: install qemu-utils", path)
+	}
+	args := []string{"rebase", "-q", "-u", "-f", "qcow2", "-F", baseFormat, "-b", abs, path}
+	cmd := exec.CommandContext(ctx, qemuImg, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("rebase %s: qemu-img %s: %w: %s", path, strings.Join(args, " "), err, tail(out.String(), 2000))
+	}
+	return nil
+}
+
+// virtualSize is the size a disk shows its machine: a raw file's length,
+// or a qcow2 header's size field.
+func virtualSize(path, format string) (uint64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	if format == "raw" {
+		st, err := f.Stat()
+		if err != nil {
+			return 0, err
+		}
+		return uint64(st.Size()), nil
+	}
+	var h [32]byte
+	if _, err := io.ReadFull(f, h[:]); err != nil {
+		return 0, fmt.Errorf("reading %s's qcow2 header: %w", path, err)
+	}
+	if string(h[:4]) != "QFI\xfb" {
+		return 0, fmt.Errorf("%s is not a qcow2 file", path)
+	}
+	return binary.BigEndian.Uint64(h[24:32]), nil
 }
 
 // CloneRaw copies the raw disk src to dst (created, or truncated), for a

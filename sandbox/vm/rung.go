@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"evals.si/sandbox"
@@ -236,13 +237,19 @@ func (r *Rung) bootTest(ctx context.Context) error {
 }
 
 // diskKey names a root disk in the cache: the image digest, else the
-// root's path (a local root: rebuilt when its path is reused, as the
-// image store never does).
+// root's path with its directory's inode and change time (a local root
+// rebuilt at the same path is a new tree there; one changed in place
+// below its top directory is not seen: the image store never does that).
 func diskKey(cfg sandbox.Config) string {
 	if cfg.ImageDigest != "" {
 		return cfg.ImageDigest
 	}
-	sum := sha256.Sum256([]byte(cfg.Root))
+	id := cfg.Root
+	var st syscall.Stat_t
+	if err := syscall.Stat(cfg.Root, &st); err == nil {
+		id = fmt.Sprintf("%s\x00%d\x00%d.%d\x00%d.%d", cfg.Root, st.Ino, st.Ctim.Sec, st.Ctim.Nsec, st.Mtim.Sec, st.Mtim.Nsec)
+	}
+	sum := sha256.Sum256([]byte(id))
 	return "root-" + hex.EncodeToString(sum[:12])
 }
 

@@ -271,11 +271,15 @@ wait:
 	if ex.Setup != "" {
 		return sandbox.ExecResult{}, fmt.Errorf("exec: %s", ex.Setup)
 	}
+	// The output ends soon after the exit (the guest bounds its drain to
+	// 2 s); a guest that never says so is broken, not slow.
 	var done execproto.DoneMsg
 	select {
 	case done = <-call.Done:
 	case <-c.Done():
 		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", c.Err())
+	case <-time.After(time.Minute):
+		return sandbox.ExecResult{}, fmt.Errorf("exec: the %s guest reported the command's exit but never its end", s.r.Name())
 	}
 	stdout, stderr := out.Bytes()
 	res := sandbox.ExecResult{

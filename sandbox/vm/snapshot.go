@@ -105,6 +105,13 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ sandbox.Layer, err error) {
 	if err := os.Rename(s.inst.disk, disk); err != nil {
 		return sandbox.Layer{}, fmt.Errorf("snapshot: keeping the disk: %w", err)
 	}
+	// The VMM wrote that file: its backing is the engine's word again
+	// before anyone starts from it.
+	if f == "qcow2" {
+		if err := Rebase(ctx, disk, s.root.Path, s.root.Format); err != nil {
+			return sandbox.Layer{}, fmt.Errorf("snapshot: %w", err)
+		}
+	}
 	if snap, ok := s.r.opts.VMM.(Snapshotter); ok {
 		// The machine's own directory is in the cache, whose short path
 		// keeps its sockets' paths within a unix socket's limit.
@@ -126,6 +133,11 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ sandbox.Layer, err error) {
 		inst.kill()
 		if err != nil {
 			return sandbox.Layer{}, fmt.Errorf("snapshot: saving the machine: %w", err)
+		}
+		if f == "qcow2" {
+			if err := Rebase(ctx, filepath.Join(dir, "boot."+f), disk, f); err != nil {
+				return sandbox.Layer{}, fmt.Errorf("snapshot: %w", err)
+			}
 		}
 		meta.HasState = true
 	}
