@@ -22,6 +22,7 @@ import (
 	"evals.si/engine"
 	"evals.si/internal/testenv"
 	"evals.si/internal/testenv/nethost"
+	"evals.si/internal/testenv/vmtest"
 	"evals.si/sandbox"
 	"evals.si/sandbox/pool/pooltest"
 	"evals.si/spec"
@@ -185,6 +186,15 @@ func escapeCases(t *testing.T, fx *fixtures) []escapeCase {
 				for _, line := range strings.Split(out, "\n") {
 					f := strings.Fields(line)
 					if len(f) == 3 && f[0] == "0" {
+						if f[1] == "0" && v.report.Isolation == sandbox.LevelVM {
+							// A guest's ids are its own kernel's: the
+							// identity map is the guest's initial user
+							// namespace, and no host id is behind it.
+							if len(v.report.UIDMap) == 0 {
+								return false, fmt.Sprintf("a VM's identity map (%s) without a report saying so: %q", line, v.report.UIDMap)
+							}
+							return true, fmt.Sprintf("uid_map %q is the %s guest kernel's own; report %q", strings.Join(f, " "), v.report.Rung, v.report.UIDMap)
+						}
 						if f[1] == "0" {
 							return false, "uid 0 inside is uid 0 outside: " + line
 						}
@@ -369,7 +379,7 @@ except Exception as e: print('REFUSED', e)"`)},
 			calls: []toolCall{bash(`git config filter.evil.clean 'sh -c "touch /tmp/filter-ran; echo FAKE-DIFF"' && git config diff.evil.textconv 'sh -c "echo FAKE-TEXTCONV"' && git config diff.external 'sh -c "echo FAKE-EXTERNAL"' && printf '*.py filter=evil diff=evil\n' > .gitattributes && echo '# REAL-CHANGE-MARKER' >> calc.py && echo done`)},
 			check: func(v *trialView) (bool, string) {
 				if !strings.Contains(v.diff, "REAL-CHANGE-MARKER") {
-					return false, fmt.Sprintf("the stored diff lacks the real change: %.300s", v.diff)
+					return false, fmt.Sprintf("the stored diff lacks the real change: %.300s (the agent's output: %.300s)", v.diff, v.output())
 				}
 				return notIn(v.diff, "FAKE-")
 			}},
@@ -474,6 +484,9 @@ type escapeRung struct {
 	// pool, when set, is the sandbox pool the App leases every sandbox
 	// from.
 	pool func(t *testing.T) Pool
+	// sandboxFor adds sandbox fields only the test can know (the qemu
+	// rung's kernel, guest and image).
+	sandboxFor func(t *testing.T) map[string]any
 }
 
 // localRegistry is why registry-ssrf runs on the remote rung only.
@@ -488,6 +501,10 @@ func escapeRungs() []escapeRung {
 		// egress proxies run in the pool with their events streamed back.
 		{name: "remote", ladder: sandbox.RungBwrap, need: requireAgentSandbox,
 			pool: func(t *testing.T) Pool { return pooltest.Start(t, pooltest.Options{}).Dial(t, "escape-worker") }},
+		// Every trial a microVM under QEMU (software emulation here),
+		// restored from the environment's setup snapshot.
+		{name: sandbox.RungQEMU, need: func(t *testing.T) {}, sandboxFor: qemuSandbox,
+			notRun: map[string]string{"registry-ssrf": localRegistry}},
 		{name: sandbox.RungDocker, need: requireDocker, notRun: map[string]string{"registry-ssrf": localRegistry},
 			uncontained: map[string]string{
 				"deny-visible":    "the attempts are refused (--network none), but Docker 20.10 drops a seccomp profile's listenerPath, so the rung cannot observe them",
@@ -517,6 +534,15 @@ func escapeRungs() []escapeRung {
 				"allow-private":     "the host rung shares the host's network",
 			}},
 	}
+}
+
+// qemuSandbox is the qemu rung's settings for the suite: the cached kernel,
+// evalsi-guest built for the test, and the local Debian image for the
+// environment, which names none.
+func qemuSandbox(t *testing.T) map[string]any {
+	set := vmtest.Settings(t, "..")
+	ref, _, _ := vmtest.Image(t, "..")
+	return map[string]any{"qemu": map[string]any{"kernel": set.Kernel, "guest": set.Guest, "default_image": ref, "memory_mb": set.MemoryMB}}
 }
 
 func requireDocker(t *testing.T) {
@@ -555,6 +581,11 @@ func escapeSpec(t *testing.T, r escapeRung, cases []escapeCase) *spec.File {
 	sb := map[string]any{"workdir": "/workspace", "network": "allow", "ladder": []string{ladder}, "pids_max": 256}
 	for k, v := range r.sandbox {
 		sb[k] = v
+	}
+	if r.sandboxFor != nil {
+		for k, v := range r.sandboxFor(t) {
+			sb[k] = v
+		}
 	}
 	s := map[string]any{
 		"name":        "escapes-" + r.name,
