@@ -10,12 +10,17 @@
 //     faster);
 //   - the bwrap rung over a small (10 MB) and a large (1 GB) image root
 //     (target: large within 2× of small). The trees are built once under
-//     the cache directory.
+//     the cache directory;
+//   - the qemu microVM rung on the small root, in the same run: a cold boot,
+//     a restore from the setup snapshot and a take from its warm pool
+//     (with -vm-kernel and -vm-guest, or the rung's defaults: the cached
+//     kernel bundle and evalsi-guest next to this binary).
 //
 // Build it with CGO_ENABLED=0 like the engine: the rungs re-execute this
 // binary as their helpers.
 //
-//	CGO_ENABLED=0 go run ./bench/sandbox [-n 20] [-docker-n 10] [-large-mb 1024]
+//	CGO_ENABLED=0 go run ./bench/sandbox [-n 20] [-docker-n 10] [-large-mb 1024] \
+//	    [-vm-n 5 -vm-guest /tmp/evalsi-guest]
 package main
 
 import (
@@ -43,7 +48,8 @@ import (
 )
 
 type options struct {
-	n, dockerN         int
+	n, dockerN, vmN    int
+	vmKernel, vmGuest  string
 	smallMB, largeMB   int
 	cacheDir, stateDir string
 }
@@ -57,13 +63,16 @@ func main() {
 	}
 	flag.IntVar(&o.n, "n", 20, "timed iterations per bwrap/landlock case (after one warm-up)")
 	flag.IntVar(&o.dockerN, "docker-n", 10, "timed iterations per docker case (after one warm-up)")
+	flag.IntVar(&o.vmN, "vm-n", 5, "timed iterations per qemu case (after one warm-up); 0 skips them")
+	flag.StringVar(&o.vmKernel, "vm-kernel", "", "guest kernel of the qemu cases (default: the rung's, scripts/build-vm-kernel.sh's bundle)")
+	flag.StringVar(&o.vmGuest, "vm-guest", "", "evalsi-guest of the qemu cases (default: next to this binary; CGO_ENABLED=0 go build -o DIR/evalsi-guest ./cmd/evalsi-guest)")
 	flag.IntVar(&o.smallMB, "small-mb", 10, "size of the small image root, in MB")
 	flag.IntVar(&o.largeMB, "large-mb", 1024, "size of the large image root, in MB")
 	flag.StringVar(&o.cacheDir, "cache", filepath.Join(cache, "evalsi", "bench-sandbox"), "where the image-root trees are built once and kept")
 	flag.StringVar(&o.stateDir, "state", "", "where sandboxes keep their state (default: a temporary directory, removed)")
 	flag.Parse()
-	if o.n < 1 || o.dockerN < 1 || o.smallMB < 1 || o.largeMB < 1 {
-		fmt.Fprintln(os.Stderr, "bench/sandbox: -n, -docker-n, -small-mb and -large-mb must be positive")
+	if o.n < 1 || o.dockerN < 1 || o.smallMB < 1 || o.largeMB < 1 || o.vmN < 0 {
+		fmt.Fprintln(os.Stderr, "bench/sandbox: -n, -docker-n, -small-mb and -large-mb must be positive, -vm-n not negative")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -221,6 +230,15 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		res = append(res, result{name: dockerName, skipped: p.Reason}, result{name: runRmName, skipped: p.Reason})
 	}
 
+	// The qemu microVM rung: its own rounds (a boot is seconds under
+	// software emulation), against the bwrap rung measured above.
+	var vmNames vmCaseNames
+	if o.vmN > 0 {
+		cases, names := vmCases(ctx, o, filepath.Join(state, "qemu"))
+		vmNames = names
+		res = append(res, interleave(ctx, o.vmN, cases)...)
+	}
+
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "create + exec `true` + close\tn\tmedian\tmean\tmin\tmax\t")
 	byName := map[string]result{}
@@ -250,6 +268,10 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		{"docker run --rm / landlock rung", runRmName, llName, "", nil},
 		{"docker run --rm / docker rung", runRmName, dockerName, "", nil},
 		{fmt.Sprintf("bwrap %d MB root / %d MB root", o.largeMB, o.smallMB), largeName, smallName, "≤ 2×", func(x float64) bool { return x <= 2 }},
+		{"qemu cold boot / bwrap rung", vmNames.boot, bwrapName, "", nil},
+		{"qemu restore from snapshot / bwrap rung", vmNames.restore, bwrapName, "", nil},
+		{"qemu warm-pool take / bwrap rung", vmNames.pool, bwrapName, "", nil},
+		{"qemu cold boot / qemu restore", vmNames.boot, vmNames.restore, "", nil},
 	} {
 		a, b := byName[q.num], byName[q.den]
 		if a.skipped != "" || b.skipped != "" || len(a.samples) == 0 || len(b.samples) == 0 {
