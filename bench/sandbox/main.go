@@ -346,15 +346,17 @@ func cycle(ctx context.Context, r sandbox.Rung, cfg sandbox.Config) error {
 	return nil
 }
 
-// setupSnapshot runs a setup command in a fresh sandbox (no image: the
-// host's system directories) and snapshots it, as environment.Prepare does.
-func setupSnapshot(ctx context.Context, r sandbox.Rung, stateDir string) (sandbox.Layer, error) {
-	sb, err := r.Create(ctx, sandbox.Config{Workdir: "/workspace", StateDir: stateDir})
+// setupSnapshot runs script as setup in a fresh sandbox of base (no image:
+// the host's system directories) and snapshots it, as environment.Prepare
+// does.
+func setupSnapshot(ctx context.Context, r sandbox.Rung, base sandbox.Config, stateDir, script string) (sandbox.Layer, error) {
+	base.StateDir = stateDir
+	sb, err := r.Create(ctx, base)
 	if err != nil {
 		return sandbox.Layer{}, fmt.Errorf("creating the setup sandbox: %w", err)
 	}
 	defer sb.Close(ctx)
-	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "mkdir -p deps && echo ok > deps/installed"}})
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", script}})
 	if err != nil {
 		return sandbox.Layer{}, fmt.Errorf("running setup: %w", err)
 	}
@@ -373,7 +375,7 @@ func setupSnapshot(ctx context.Context, r sandbox.Rung, stateDir string) (sandbo
 }
 
 func snapshotCase(ctx context.Context, r sandbox.Rung, name string, dir string) benchCase {
-	layer, err := setupSnapshot(ctx, r, filepath.Join(dir, "setup"))
+	layer, err := setupSnapshot(ctx, r, sandbox.Config{Workdir: "/workspace"}, filepath.Join(dir, "setup"), "mkdir -p deps && echo ok > deps/installed")
 	if err != nil {
 		return benchCase{name: name, skipped: err.Error()}
 	}
@@ -389,7 +391,7 @@ func dockerCases(ctx context.Context, dk *docker.Rung, rungName, runRmName strin
 	failed := func(err error) ([]benchCase, func()) {
 		return []benchCase{{name: rungName, skipped: err.Error()}, {name: runRmName, skipped: err.Error()}}, func() {}
 	}
-	layer, err := setupSnapshot(ctx, dk, "")
+	layer, err := setupSnapshot(ctx, dk, sandbox.Config{Workdir: "/workspace"}, "", "mkdir -p deps && echo ok > deps/installed")
 	if err != nil {
 		return failed(err)
 	}

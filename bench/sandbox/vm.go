@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"strconv"
 
@@ -43,7 +42,8 @@ func vmCases(ctx context.Context, o options, dir string) ([]benchCase, vmCaseNam
 		return skipAll(p.Reason)
 	}
 	base := sandbox.Config{Root: root, Workdir: "/workspace"}
-	layer, err := vmSetupSnapshot(ctx, restore, base, filepath.Join(dir, "setup"))
+	// The small root has sh and true only: the setup is the shell's own.
+	layer, err := setupSnapshot(ctx, restore, base, filepath.Join(dir, "setup"), "echo ok > installed")
 	if err != nil {
 		return skipAll(err.Error())
 	}
@@ -61,27 +61,4 @@ func vmCases(ctx context.Context, o options, dir string) ([]benchCase, vmCaseNam
 		caseOf(names.restore, restore, withLayer),
 		caseOf(names.pool, pool, withLayer),
 	}, names
-}
-
-// vmSetupSnapshot is setupSnapshot on an image root: a VM boots an image.
-func vmSetupSnapshot(ctx context.Context, r sandbox.Rung, cfg sandbox.Config, stateDir string) (sandbox.Layer, error) {
-	cfg.StateDir = stateDir
-	sb, err := r.Create(ctx, cfg)
-	if err != nil {
-		return sandbox.Layer{}, fmt.Errorf("creating the setup sandbox: %w", err)
-	}
-	defer sb.Close(ctx)
-	// The small root has sh and true only: the setup is the shell's own.
-	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo ok > installed"}})
-	if err != nil {
-		return sandbox.Layer{}, fmt.Errorf("running setup: %w", err)
-	}
-	if res.ExitCode != 0 {
-		return sandbox.Layer{}, fmt.Errorf("setup exited %d: %s", res.ExitCode, res.Stderr)
-	}
-	snap, ok := sb.(sandbox.Snapshotter)
-	if !ok {
-		return sandbox.Layer{}, fmt.Errorf("the %s rung cannot snapshot", r.Name())
-	}
-	return snap.Snapshot(ctx)
 }

@@ -70,17 +70,7 @@ func (s *Sandbox) fileOp(ctx context.Context, m execproto.FileMsg) (execproto.Fi
 	defer srv.forget(c)
 	select {
 	case res := <-c.file:
-		switch {
-		case res.Err == "":
-			return res, nil
-		case res.Errno != 0:
-			// The errno itself, so callers can tell fs.ErrNotExist.
-			if msg := syscall.Errno(res.Errno).Error(); res.Err != msg {
-				return res, fmt.Errorf("%s: %w", strings.TrimSuffix(res.Err, ": "+msg), syscall.Errno(res.Errno))
-			}
-			return res, syscall.Errno(res.Errno)
-		}
-		return res, errors.New(res.Err)
+		return res, res.AsError()
 	case <-srv.dead:
 		return execproto.FileResult{}, srv.deadErr
 	case <-ctx.Done():

@@ -52,6 +52,22 @@ const (
 	procFD = "/proc/self/fd/"
 )
 
+// AsError is the result's failure as an error (nil on success): the
+// errno itself when the failing call had one, so callers can tell
+// fs.ErrNotExist, with the server's words around it.
+func (r FileResult) AsError() error {
+	switch {
+	case r.Err == "":
+		return nil
+	case r.Errno != 0:
+		if msg := syscall.Errno(r.Errno).Error(); r.Err != msg {
+			return fmt.Errorf("%s: %w", strings.TrimSuffix(r.Err, ": "+msg), syscall.Errno(r.Errno))
+		}
+		return syscall.Errno(r.Errno)
+	}
+	return errors.New(r.Err)
+}
+
 func (sv *server) file(id uint32, m FileMsg) {
 	var res FileResult
 	var err error

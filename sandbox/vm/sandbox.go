@@ -361,18 +361,10 @@ func (s *Sandbox) fileOp(ctx context.Context, m execproto.FileMsg) (execproto.Fi
 	}
 	defer s.life.End()
 	res, err := s.inst.c.Request(ctx, execproto.FrameFile, m.Marshal())
-	switch {
-	case err != nil:
+	if err != nil {
 		return res, err
-	case res.Err == "":
-		return res, nil
-	case res.Errno != 0:
-		if msg := syscall.Errno(res.Errno).Error(); res.Err != msg {
-			return res, fmt.Errorf("%s: %w", strings.TrimSuffix(res.Err, ": "+msg), syscall.Errno(res.Errno))
-		}
-		return res, syscall.Errno(res.Errno)
 	}
-	return res, errors.New(res.Err)
+	return res, res.AsError()
 }
 
 // StartService starts the guest's long-running process.
