@@ -260,6 +260,14 @@ func (sv *server) setupRequest(ctx context.Context, kind byte, id uint32, payloa
 			return nil, fmt.Errorf("%w: sync: a payload", errBadRequest)
 		}
 		return func() {
+			// Twice: sync(2) flushes each file system's disk (its
+			// sync_fs) before it writes the block devices' own dirty
+			// buffers, which on ext4 without a journal are the metadata
+			// (directories, inode tables); the second sync's flush is
+			// after those writes. A VMM caching its image's metadata
+			// (qcow2) writes it out only on a flush, and the host stops
+			// the machine right after this answer.
+			syscall.Sync()
 			syscall.Sync()
 			answer(nil)
 		}, nil

@@ -79,7 +79,9 @@ type VMM struct {
 	kvmOptIn bool
 	log      *slog.Logger
 	uid, gid int
-	boot     bootFiles // sealed copies of kernels and initramfses
+	// idDir holds the leases of the machines' own ids (ids.go).
+	idDir string
+	boot  bootFiles // sealed copies of kernels and initramfses
 
 	mu       sync.Mutex
 	resolved string // the accelerator "auto" resolved to, once known
@@ -93,7 +95,7 @@ var (
 
 // New returns a VMM with opts.
 func New(opts Options) *VMM {
-	v := &VMM{binary: opts.Binary, accel: opts.Accel, log: opts.Logger, uid: opts.UID, gid: opts.GID}
+	v := &VMM{binary: opts.Binary, accel: opts.Accel, log: opts.Logger, uid: opts.UID, gid: opts.GID, idDir: idLockDir}
 	if v.binary == "" {
 		v.binary = "qemu-system-x86_64"
 	}
@@ -510,6 +512,19 @@ func (v *VMM) start(ctx context.Context, spec vm.BootSpec, accel string, incomin
 	if err != nil {
 		return nil, fmt.Errorf("qemu rung: running QEMU as its own user: %w", err)
 	}
+	// The default ids: one of its own per machine (ids.go).
+	var lease *idLease
+	if cred != nil && v.uid == 0 && v.gid == 0 {
+		if lease, err = leaseID(v.idDir); err != nil {
+			return nil, fmt.Errorf("qemu rung: %w", err)
+		}
+		cred.Uid, cred.Gid = uint32(lease.id), uint32(lease.id)
+		defer func() {
+			if err != nil {
+				lease.release()
+			}
+		}()
+	}
 	// files are QEMU's descriptors, fd 3 onwards: the engine's copies
 	// are closed once QEMU has them (or has failed to start).
 	var files []*os.File
@@ -610,7 +625,7 @@ func (v *VMM) start(ctx context.Context, spec vm.BootSpec, accel string, incomin
 	files = nil
 	m := &machine{
 		cmd: cmd, spec: spec, accel: accel, done: make(chan struct{}),
-		con: con, qemuLog: logPath, log: v.log, ctl: ctl,
+		con: con, qemuLog: logPath, log: v.log, ctl: ctl, lease: lease,
 	}
 	m.qmp = newQMP(mon)
 	go m.wait(waited)
@@ -635,6 +650,9 @@ type machine struct {
 	killOnce sync.Once
 	killed   atomic.Bool
 	saved    atomic.Bool
+
+	// lease is the machine's own id, held until QEMU is reaped.
+	lease *idLease
 
 	done chan struct{}
 	err  error // set before done is closed
@@ -677,6 +695,7 @@ func (m *machine) wait(waited <-chan error) {
 	if m.qmp != nil {
 		m.qmp.Close()
 	}
+	m.lease.release()
 	close(m.done)
 }
 
@@ -881,6 +900,26 @@ func (m *machine) save(ctx context.Context, dir string) (int64, error) {
 		return 0, fmt.Errorf("waiting for qemu to quit: %w", context.Cause(ctx))
 	}
 	return st.Size(), nil
+}
+
+// Stop ends the machine cleanly (vm.Stopper): QEMU quits, which flushes
+// its block devices (a qcow2 overlay's cached metadata included) before it
+// exits; a QEMU that does not quit within ctx is killed.
+func (m *machine) Stop(ctx context.Context) error {
+	if err := m.qmp.execute(ctx, "quit", nil, nil); err != nil {
+		select {
+		case <-m.done:
+			return nil
+		default:
+		}
+	}
+	select {
+	case <-m.done:
+		return nil
+	case <-ctx.Done():
+		m.Kill()
+		return fmt.Errorf("qemu did not quit: %w", context.Cause(ctx))
+	}
 }
 
 // Restore starts QEMU with spec's devices waiting for an incoming

@@ -93,7 +93,11 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ sandbox.Layer, err error) {
 	if err := s.inst.request(sctx, execproto.FrameSync, nil); err != nil {
 		return sandbox.Layer{}, fmt.Errorf("snapshot: flushing the guest's disk: %w", err)
 	}
-	if err := s.inst.m.Kill(); err != nil {
+	stop := s.inst.m.Kill
+	if st, ok := s.inst.m.(Stopper); ok {
+		stop = func() error { return st.Stop(sctx) }
+	}
+	if err := stop(); err != nil {
 		return sandbox.Layer{}, fmt.Errorf("snapshot: stopping the machine: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {

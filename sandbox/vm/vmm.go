@@ -64,6 +64,13 @@ type Disk struct {
 	ReadOnly bool
 }
 
+// Stopper is a machine that can end cleanly: its VMM writes out what it
+// caches of the disks (qcow2 metadata) before it exits, where Kill loses
+// it. Snapshot stops the setup machine this way when it can.
+type Stopper interface {
+	Stop(ctx context.Context) error
+}
+
 // Machine is a running VM.
 type Machine interface {
 	// Control is the guest's control channel, connected: the exec
