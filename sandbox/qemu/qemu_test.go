@@ -165,8 +165,18 @@ func runsAs(t *testing.T, pid int) (uids, gids, groups string) {
 
 // checkRunsAs checks machine m's QEMU runs as uid:gid with no
 // supplementary groups, when the engine is root (else as the engine).
+// leased stands for the machine's own leased id (ids.go) in checkRunsAs.
+const leased = -1
+
 func checkRunsAs(t *testing.T, m vm.Machine, uid, gid int) {
 	t.Helper()
+	if uid == leased && os.Geteuid() == 0 {
+		uid = m.(*machine).lease.id
+		gid = uid
+		if uid < DefaultID || uid >= DefaultID+idCount {
+			t.Fatalf("machine's id %d is not one of the leased range [%d, %d)", uid, DefaultID, DefaultID+idCount)
+		}
+	}
 	if os.Geteuid() != 0 {
 		uid, gid = os.Geteuid(), os.Getegid()
 	}
@@ -318,7 +328,7 @@ func TestBootEchoKill(t *testing.T) {
 	rand.Read(big)
 	s.echo(big)
 
-	checkRunsAs(t, m, DefaultID, DefaultID)
+	checkRunsAs(t, m, leased, leased)
 
 	// -nodefaults leaves the machine without a network device.
 	qm := m.(*machine)
@@ -420,8 +430,11 @@ func TestSaveRestoreTwice(t *testing.T) {
 		restores = append(restores, time.Since(start))
 		copies = append(copies, c)
 	}
+	if os.Geteuid() == 0 && copies[0].(*machine).lease.id == copies[1].(*machine).lease.id {
+		t.Errorf("both copies run as id %d: each machine's QEMU must have its own", copies[0].(*machine).lease.id)
+	}
 	for i, c := range copies {
-		checkRunsAs(t, c, DefaultID, DefaultID)
+		checkRunsAs(t, c, leased, leased)
 		s := newSession(t, c.Control())
 		s.echo(fmt.Appendf(nil, "copy %d says hi\n", i))
 		big := make([]byte, 100<<10)

@@ -8,7 +8,8 @@ import (
 	"syscall"
 )
 
-// DefaultID is the uid and the gid QEMU runs as when the engine is root.
+// DefaultID is the first of the ids QEMU runs as when the engine is root:
+// each machine leases one of its own from DefaultID on (ids.go).
 //
 // A guest that breaks QEMU's device emulation holds what QEMU holds, so
 // QEMU holds nothing: it starts as this id, with no supplementary groups
