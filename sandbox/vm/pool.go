@@ -64,14 +64,20 @@ func (r *Rung) take(ctx context.Context, key poolKey, bf BootFiles, set sandbox.
 	if set.WarmPool <= 0 {
 		return start(ctx)
 	}
-	p := r.pool(key, set.WarmPool, start)
+	return r.pool(key, set.WarmPool, start).take(ctx)
+}
+
+// take hands out a ready machine, or boots one now when none is; either
+// way the pool refills behind it. A machine that died while it waited is
+// killed, never handed out.
+func (p *warmPool) take(ctx context.Context) (*instance, error) {
 	for {
 		select {
 		case inst := <-p.ready:
 			p.fill()
 			select {
 			case <-inst.m.Done():
-				inst.kill() // died while waiting: never hand it out
+				inst.kill()
 				continue
 			default:
 			}
@@ -79,7 +85,7 @@ func (r *Rung) take(ctx context.Context, key poolKey, bf BootFiles, set sandbox.
 		default:
 		}
 		p.fill()
-		return start(ctx)
+		return p.start(ctx)
 	}
 }
 
@@ -165,16 +171,5 @@ func (p *warmPool) drain() {
 		default:
 			return
 		}
-	}
-}
-
-// Drain kills every warm machine; the rung boots on demand until the next
-// sandbox asks for a pool again.
-func (r *Rung) Drain() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for k, p := range r.pools {
-		p.drain()
-		delete(r.pools, k)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -252,5 +251,3 @@ func diskKey(cfg sandbox.Config) string {
 	sum := sha256.Sum256([]byte(id))
 	return "root-" + hex.EncodeToString(sum[:12])
 }
-
-var errNoImage = errors.New("boots an image")

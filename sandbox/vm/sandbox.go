@@ -49,7 +49,7 @@ type Sandbox struct {
 // snapshot) a VM for cfg and sets its guest up.
 func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbox, err error) {
 	if cfg.Root == "" {
-		return nil, fmt.Errorf("the %s rung %w: set environment.image, or sandbox.%s.default_image for environments that name none", r.Name(), errNoImage, r.Name())
+		return nil, fmt.Errorf("the %s rung boots an image: set environment.image, or sandbox.%s.default_image for environments that name none", r.Name(), r.Name())
 	}
 	set, err := r.settings()
 	if err != nil {
