@@ -48,6 +48,11 @@ type Rung struct {
 	pools map[string]*warmPool
 	// with are the rungs WithVM made, by their settings.
 	with map[sandbox.VMSettings]*Rung
+	// boot is PrepareBoot's answer, kept while the kernel and guest files
+	// are the ones it read (PrepareBoot hashes both: megabytes a create
+	// should not read again).
+	bootFS   BootFiles
+	bootSeen string
 }
 
 // Default settings of a VM when neither the rung nor the spec sets them.
@@ -210,7 +215,7 @@ func (r *Rung) bootTest(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	boot, err := PrepareBoot(ctx, filepath.Join(cache, "boot"), set.Kernel, set.Guest)
+	boot, err := r.bootFiles(ctx, cache, set)
 	if err != nil {
 		return err
 	}
@@ -233,6 +238,33 @@ func (r *Rung) bootTest(ctx context.Context) error {
 	}
 	inst.kill()
 	return nil
+}
+
+// bootFiles is PrepareBoot's, once per kernel and guest as they are on
+// disk (path, size, modification time, inode).
+func (r *Rung) bootFiles(ctx context.Context, cache string, set sandbox.VMSettings) (BootFiles, error) {
+	id := ""
+	for _, p := range []string{set.Kernel, set.Guest} {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			return BootFiles{}, fmt.Errorf("the %s rung's boot files: %w", r.Name(), &os.PathError{Op: "stat", Path: p, Err: err})
+		}
+		id += fmt.Sprintf("%s\x00%d\x00%d\x00%d.%d\x00", p, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
+	}
+	r.mu.Lock()
+	if r.bootSeen == id {
+		defer r.mu.Unlock()
+		return r.bootFS, nil
+	}
+	r.mu.Unlock()
+	bf, err := PrepareBoot(ctx, filepath.Join(cache, "boot"), set.Kernel, set.Guest)
+	if err != nil {
+		return BootFiles{}, err
+	}
+	r.mu.Lock()
+	r.bootFS, r.bootSeen = bf, id
+	r.mu.Unlock()
+	return bf, nil
 }
 
 // diskKey names a root disk in the cache: the image digest, else the

@@ -59,7 +59,7 @@ func (r *Rung) Create(ctx context.Context, cfg sandbox.Config) (_ sandbox.Sandbo
 	if err != nil {
 		return nil, err
 	}
-	bf, err := PrepareBoot(ctx, filepath.Join(cache, "boot"), set.Kernel, set.Guest)
+	bf, err := r.bootFiles(ctx, cache, set)
 	if err != nil {
 		return nil, err
 	}
