@@ -13,3 +13,9 @@ const SocketEnv = "EVALSI_HARNESS_SOCKET"
 
 // CapabilityCheck is advertised by a harness whose Check returns a verdict.
 const CapabilityCheck = "check"
+
+// CapabilityNoSandbox is advertised by a harness that never uses the
+// trial's sandbox (BFCL calls only the model and Python objects of its
+// own): the worker creates none, and the spec must not set an environment.
+// Worker.Exec, ReadFile and WriteFile fail for its trials.
+const CapabilityNoSandbox = "no-sandbox"

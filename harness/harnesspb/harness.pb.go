@@ -234,7 +234,15 @@ type Task struct {
 	// Bounds one command (0: the sandbox's default).
 	CommandTimeoutMs int64 `protobuf:"varint,6,opt,name=command_timeout_ms,json=commandTimeoutMs,proto3" json:"command_timeout_ms,omitempty"`
 	// The target model Worker.Chat calls (informational: the worker picks it).
-	Model         string `protobuf:"bytes,7,opt,name=model,proto3" json:"model,omitempty"`
+	Model string `protobuf:"bytes,7,opt,name=model,proto3" json:"model,omitempty"`
+	// The record's metadata: a JSON object (empty when the record has none).
+	// Benchmark importers put what their harness needs here (the entry, its
+	// answers, its category).
+	MetadataJson []byte `protobuf:"bytes,8,opt,name=metadata_json,json=metadataJson,proto3" json:"metadata_json,omitempty"`
+	// The run's target is the oracle agent (target.agent: {oracle: {}}):
+	// the harness answers with the task's reference solution instead of
+	// calling Worker.Chat, which fails for this trial.
+	Oracle        bool `protobuf:"varint,9,opt,name=oracle,proto3" json:"oracle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -316,6 +324,20 @@ func (x *Task) GetModel() string {
 		return x.Model
 	}
 	return ""
+}
+
+func (x *Task) GetMetadataJson() []byte {
+	if x != nil {
+		return x.MetadataJson
+	}
+	return nil
+}
+
+func (x *Task) GetOracle() bool {
+	if x != nil {
+		return x.Oracle
+	}
+	return false
 }
 
 type SetupResponse struct {
@@ -1418,7 +1440,7 @@ const file_harness_proto_rawDesc = "" +
 	"\fSetupRequest\x12\x19\n" +
 	"\btrial_id\x18\x01 \x01(\tR\atrialId\x12%\n" +
 	"\x0eworker_address\x18\x02 \x01(\tR\rworkerAddress\x12+\n" +
-	"\x04task\x18\x03 \x01(\v2\x17.evalsi.harness.v1.TaskR\x04task\"\xd8\x01\n" +
+	"\x04task\x18\x03 \x01(\v2\x17.evalsi.harness.v1.TaskR\x04task\"\x95\x02\n" +
 	"\x04Task\x12\x1b\n" +
 	"\trecord_id\x18\x01 \x01(\tR\brecordId\x12\x14\n" +
 	"\x05trial\x18\x02 \x01(\x05R\x05trial\x12 \n" +
@@ -1427,7 +1449,9 @@ const file_harness_proto_rawDesc = "" +
 	"input_json\x18\x04 \x01(\fR\tinputJson\x12\x18\n" +
 	"\aworkdir\x18\x05 \x01(\tR\aworkdir\x12,\n" +
 	"\x12command_timeout_ms\x18\x06 \x01(\x03R\x10commandTimeoutMs\x12\x14\n" +
-	"\x05model\x18\a \x01(\tR\x05model\"\x0f\n" +
+	"\x05model\x18\a \x01(\tR\x05model\x12#\n" +
+	"\rmetadata_json\x18\b \x01(\fR\fmetadataJson\x12\x16\n" +
+	"\x06oracle\x18\t \x01(\bR\x06oracle\"\x0f\n" +
 	"\rSetupResponse\"'\n" +
 	"\n" +
 	"RunRequest\x12\x19\n" +

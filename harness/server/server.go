@@ -55,7 +55,8 @@ type Harness interface {
 type Info struct {
 	Name    string
 	Version string
-	// Capabilities: harnesspb.CapabilityCheck when Check gives verdicts.
+	// Capabilities: harnesspb.CapabilityCheck when Check gives verdicts,
+	// harnesspb.CapabilityNoSandbox when the harness never uses the sandbox.
 	Capabilities []string
 }
 
@@ -71,6 +72,12 @@ type Task struct {
 	CommandTimeout time.Duration
 	// Model is the target model Worker.Chat calls.
 	Model string
+	// Metadata is the record's metadata (what a benchmark importer put
+	// there for its harness).
+	Metadata map[string]json.RawMessage
+	// Oracle: the run's target is the oracle agent; answer with the task's
+	// reference solution (Worker.Chat fails).
+	Oracle bool
 }
 
 // Trial is one trial as the harness sees it.
@@ -169,7 +176,12 @@ func (s *Service) Setup(ctx context.Context, req *harnesspb.SetupRequest) (*harn
 	task := Task{
 		RecordID: pt.GetRecordId(), Trial: int(pt.GetTrial()), Instruction: pt.GetInstruction(),
 		Workdir: pt.GetWorkdir(), CommandTimeout: time.Duration(pt.GetCommandTimeoutMs()) * time.Millisecond,
-		Model: pt.GetModel(),
+		Model: pt.GetModel(), Oracle: pt.GetOracle(),
+	}
+	if len(pt.GetMetadataJson()) > 0 {
+		if err := json.Unmarshal(pt.GetMetadataJson(), &task.Metadata); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "setup: task.metadata_json is not a JSON object: %v", err)
+		}
 	}
 	if len(pt.GetInputJson()) > 0 {
 		if err := json.Unmarshal(pt.GetInputJson(), &task.Input); err != nil {

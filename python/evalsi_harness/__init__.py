@@ -20,7 +20,10 @@ with no arguments). The class implements, per trial:
 - ``teardown(self, trial)`` (optional): always called after setup.
 
 ``trial`` is a Trial: ``trial.id``, ``trial.task`` (a dict: record_id,
-trial, instruction, input, workdir, command_timeout_ms, model),
+trial, instruction, input, workdir, command_timeout_ms, model, metadata
+(the record's metadata, a dict) and oracle (True when the run's target is
+the oracle agent: answer with the task's reference solution, since
+``worker.chat`` fails)),
 ``trial.worker`` (a Worker: the trial's sandbox and model),
 ``trial.cancelled`` (a threading.Event set when the worker cancels the run)
 and ``trial.state`` for the class's own use. Methods may be called for several

@@ -88,6 +88,8 @@ class Servicer:
             "record_id": t.record_id, "trial": t.trial, "instruction": t.instruction,
             "input": json.loads(t.input_json) if t.input_json else [],
             "workdir": t.workdir, "command_timeout_ms": t.command_timeout_ms, "model": t.model,
+            "metadata": json.loads(t.metadata_json) if t.metadata_json else {},
+            "oracle": t.oracle,
         }
         trial = Trial(request.trial_id, task, Worker(request.worker_address))
         with self.lock:
