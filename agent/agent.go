@@ -32,8 +32,9 @@ type Task struct {
 	// an agent that can take a conversation uses them instead of Instruction.
 	Input []trajectory.Message
 	// Metadata is the record's metadata. It may hold the task's reference
-	// solution: only the oracle agent, which applies it, reads it, and no
-	// agent passes it to a model.
+	// solution: only the oracle agent, which applies it, and an external
+	// harness (trusted code on the worker, which may need the entry it runs,
+	// as BFCL's does) read it, and no agent passes it to a model.
 	Metadata map[string]spec.JSON
 	Sandbox  Sandbox
 	// Harness is the same sandbox as the task's harness uses it, as root

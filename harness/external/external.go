@@ -62,12 +62,21 @@ type Options struct {
 	// Connector and Model serve Worker.Chat: the run's target model.
 	Connector model.Connector
 	Model     string
+	// Oracle runs the harness for the oracle agent (target.agent: {oracle:
+	// {}}): each Task says so, the harness answers with the task's
+	// reference solution, Connector may be nil and Worker.Chat fails.
+	Oracle bool
 	// Pricing prices Worker.Chat calls; nil counts no cost.
 	Pricing Pricer
 	Logger  *slog.Logger
-	// Python is the interpreter of the python form (default /usr/bin/python3
-	// when it exists, else python3 from PATH).
+	// Python is the interpreter of the python form. Unset: a product
+	// adapter's own environment for its evalsi_<adapter> classes (see
+	// interpreter), else /usr/bin/python3 when it exists, else python3 from
+	// PATH.
 	Python string
+	// Executable reports this program's path, where an adapter environment
+	// is looked for beside (default os.Executable).
+	Executable func() (string, error)
 	// Getenv reads the worker's environment, of which only the allowlisted
 	// names (see passEnv) reach a started harness (default os.Getenv).
 	Getenv func(string) string
@@ -114,7 +123,7 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 	if o.TeardownTimeout <= 0 {
 		o.TeardownTimeout = 2 * time.Minute
 	}
-	if o.Connector == nil {
+	if o.Connector == nil && !o.Oracle {
 		return nil, errors.New("external harness: no model connector for Worker.Chat")
 	}
 	x := o.External
@@ -225,6 +234,11 @@ func (a *Agent) stop() error {
 	}
 	return a.proc.stop()
 }
+
+// NeedsSandbox reports whether the harness works in the trial's sandbox:
+// true unless it advertised the no-sandbox capability, in which case the
+// engine creates none and the Worker's sandbox calls fail.
+func (a *Agent) NeedsSandbox() bool { return !a.hasCapability(harnesspb.CapabilityNoSandbox) }
 
 func (a *Agent) hasCapability(c string) bool {
 	for _, have := range a.info.GetCapabilities() {

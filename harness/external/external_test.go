@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"evals.si/agent"
 	"evals.si/harness/builtinharness"
@@ -408,5 +410,57 @@ func TestFixCalc(t *testing.T) {
 				t.Errorf("event counts %v: want %d model calls, 3 tool calls and results, one stop", count, len(script))
 			}
 		})
+	}
+}
+
+// oracleProbe needs no sandbox: it checks that its trial has none, that the
+// record's metadata and the oracle flag arrived, and that Chat fails in an
+// oracle run, and passes only then.
+type oracleProbe struct{}
+
+func (oracleProbe) Describe(context.Context) (server.Info, error) {
+	return server.Info{Name: "oracle-probe", Version: "1", Capabilities: []string{harnesspb.CapabilityCheck, harnesspb.CapabilityNoSandbox}}, nil
+}
+func (oracleProbe) Setup(context.Context, *server.Trial) error { return nil }
+func (oracleProbe) Run(ctx context.Context, t *server.Trial, emit func(trajectory.Event) error) (server.Result, error) {
+	var problems []string
+	if _, err := t.Worker.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); status.Code(err) != codes.FailedPrecondition {
+		problems = append(problems, fmt.Sprintf("exec without a sandbox: %v", err))
+	}
+	if string(t.Task.Metadata["answer"]) != `{"f":[1]}` || !t.Task.Oracle {
+		problems = append(problems, fmt.Sprintf("metadata %s, oracle %v", t.Task.Metadata, t.Task.Oracle))
+	}
+	if _, err := t.Worker.Chat(ctx, model.Request{Messages: []trajectory.Message{{Role: "user", Content: "hi"}}}); status.Code(err) != codes.FailedPrecondition {
+		problems = append(problems, fmt.Sprintf("chat in an oracle run: %v", err))
+	}
+	t.State = problems
+	return server.Result{Output: strings.Join(problems, "; "), StopReason: agent.StopAnswered}, nil
+}
+func (oracleProbe) Check(_ context.Context, t *server.Trial) (*server.Verdict, error) {
+	ok := len(t.State.([]string)) == 0
+	return &server.Verdict{Pass: ok, Score: map[bool]float64{true: 1}[ok]}, nil
+}
+func (oracleProbe) Teardown(context.Context, *server.Trial) error { return nil }
+
+// A no-sandbox harness in an oracle run: no sandbox, no model, the record's
+// metadata in the task.
+func TestNoSandboxOracle(t *testing.T) {
+	addr := serveInProcess(t, oracleProbe{})
+	a, err := external.New(t.Context(), external.Options{External: spec.External{Address: addr}, Oracle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if a.NeedsSandbox() {
+		t.Fatal("NeedsSandbox = true for a harness advertising no-sandbox")
+	}
+	evs := &events{}
+	res, err := a.Run(t.Context(), agent.Task{RecordID: "r", Emit: evs,
+		Metadata: map[string]spec.JSON{"answer": spec.JSON(`{"f":[1]}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict == nil || !res.Verdict.Pass {
+		t.Fatalf("verdict %+v, output %q", res.Verdict, res.Output)
 	}
 }

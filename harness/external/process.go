@@ -93,14 +93,9 @@ func startPython(o Options) (*process, error) {
 	if !ok || module == "" || class == "" {
 		return nil, fmt.Errorf("harness.external.python %q: want module:Class", o.External.Python)
 	}
-	interp := o.Python
-	if interp == "" {
-		interp = "python3"
-		if _, err := os.Stat("/usr/bin/python3"); err == nil {
-			// The distribution's Python has python3-grpcio; a python3 earlier
-			// on PATH (pyenv, a virtualenv) often has not.
-			interp = "/usr/bin/python3"
-		}
+	interp, err := interpreter(o, module)
+	if err != nil {
+		return nil, fmt.Errorf("harness.external.python %s: %w", o.External.Python, err)
 	}
 	dir, err := privateDir("evalsi-harness-")
 	if err != nil {

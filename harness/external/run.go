@@ -24,7 +24,7 @@ import (
 // Result.Verdict; the engine uses it only when the spec has no
 // environment.checker.
 func (a *Agent) Run(ctx context.Context, t agent.Task) (res agent.Result, err error) {
-	if t.Sandbox == nil {
+	if t.Sandbox == nil && a.NeedsSandbox() {
 		return agent.Result{}, errors.New("external harness: task has no sandbox")
 	}
 	if t.Emit == nil {
@@ -62,9 +62,16 @@ func (a *Agent) Run(ctx context.Context, t agent.Task) (res agent.Result, err er
 	if t.Input == nil {
 		input = nil
 	}
+	var meta []byte
+	if len(t.Metadata) > 0 {
+		if meta, err = json.Marshal(t.Metadata); err != nil {
+			return agent.Result{}, fmt.Errorf("encoding the record's metadata: %w", err)
+		}
+	}
 	setup := &harnesspb.SetupRequest{TrialId: trialID, WorkerAddress: "unix://" + sock, Task: &harnesspb.Task{
 		RecordId: t.RecordID, Trial: int32(t.Trial), Instruction: t.Instruction, InputJson: input,
 		Workdir: t.Workdir, CommandTimeoutMs: t.CommandTimeout.Milliseconds(), Model: a.o.Model,
+		MetadataJson: meta, Oracle: a.o.Oracle,
 	}}
 	// Teardown always runs once Setup was called, with a context that
 	// outlives a canceled trial.

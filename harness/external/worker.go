@@ -24,8 +24,18 @@ type workerService struct {
 	tr *trial
 }
 
+// errNoSandbox answers a sandbox call of a trial that has none (the harness
+// advertised no-sandbox).
+var errNoSandbox = status.Error(codes.FailedPrecondition, "this trial has no sandbox: the harness advertised the no-sandbox capability")
+
+// errOracle answers Worker.Chat in an oracle run: there is no model.
+var errOracle = status.Error(codes.FailedPrecondition, "chat: the run's target is the oracle agent, which calls no model: answer with the task's reference solution (Task.oracle)")
+
 func (w *workerService) Exec(ctx context.Context, req *harnesspb.ExecRequest) (*harnesspb.ExecResponse, error) {
 	t := w.tr.task
+	if t.Sandbox == nil {
+		return nil, errNoSandbox
+	}
 	if len(req.GetArgv()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "exec: argv is empty")
 	}
@@ -60,6 +70,9 @@ func (w *workerService) ReadFile(ctx context.Context, req *harnesspb.ReadFileReq
 	if req.GetPath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "read_file: path is empty")
 	}
+	if w.tr.task.Sandbox == nil {
+		return nil, errNoSandbox
+	}
 	data, err := w.tr.task.Sandbox.ReadFile(ctx, req.GetPath())
 	if err != nil {
 		return nil, fileErr(ctx, "reading "+req.GetPath(), err)
@@ -70,6 +83,9 @@ func (w *workerService) ReadFile(ctx context.Context, req *harnesspb.ReadFileReq
 func (w *workerService) WriteFile(ctx context.Context, req *harnesspb.WriteFileRequest) (*harnesspb.WriteFileResponse, error) {
 	if req.GetPath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "write_file: path is empty")
+	}
+	if w.tr.task.Sandbox == nil {
+		return nil, errNoSandbox
 	}
 	mode := fs.FileMode(req.GetMode()).Perm()
 	if mode == 0 {
@@ -103,6 +119,9 @@ func isDirErr(err error) bool {
 
 func (w *workerService) Chat(ctx context.Context, req *harnesspb.ChatRequest) (*harnesspb.ChatResponse, error) {
 	a, t := w.tr.a, w.tr.task
+	if a.o.Oracle {
+		return nil, errOracle
+	}
 	mr := model.Request{Model: a.o.Model, System: req.GetSystem(), MaxTokens: int(req.GetMaxTokens()),
 		Temperature: req.Temperature, RecordID: t.RecordID, Trial: t.Trial}
 	if err := json.Unmarshal(req.GetMessagesJson(), &mr.Messages); err != nil {
