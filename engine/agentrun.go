@@ -50,6 +50,11 @@ type AgentRunner struct {
 	// User, when set, is the task's user (user_simulator). One that can
 	// bind to a trial (ForTask) is bound, so its model calls are recorded.
 	User agent.User
+	// NoSandbox runs the agent without a sandbox: an external harness that
+	// advertised no-sandbox (BFCL's calls only the model and Python objects
+	// of its own). No environment is prepared, the agent's Task has no
+	// Sandbox, and the agent's own verdict grades the trial.
+	NoSandbox bool
 
 	// checked remembers the environments whose checker was seen to run
 	// on the untouched environment (checkerRuns).
@@ -65,6 +70,9 @@ type taskUser interface {
 
 // RunTrial runs one agent trial.
 func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome, error) {
+	if r.NoSandbox {
+		return r.runWithoutSandbox(ctx, tc)
+	}
 	// The spec's environment is the ceiling of every record's; with none
 	// the defaults are (a nil base would check nothing).
 	base := r.Environment

@@ -17,22 +17,26 @@ import (
 // through the worker's connector: the harness never holds the credentials.
 //
 // dir is the spec file's directory, the harness's working directory.
-func (h *Host) externalAgent(ctx context.Context, at where, target spec.Target, ext spec.External, dir string, m models, pricing model.Pricing) (agent.Agent, error) {
-	if target.Agent != nil {
-		return nil, SpecError{at.Errorf("target.agent", "harness.external drives the target model (target: {connector, model}); it cannot run a target.agent")}
+//
+// With target.agent: {oracle: {}} the harness runs for the oracle: no model
+// is called, and each task tells the harness to answer with its reference
+// solution (BFCL's ground truth), so its grading is validated without a
+// model. No other target.agent can drive an external harness.
+func (h *Host) externalAgent(ctx context.Context, at where, target spec.Target, ext spec.External, dir string, m models, pricing model.Pricing) (*external.Agent, error) {
+	o := external.Options{External: ext, Dir: dir, Model: target.Model, Pricing: pricing, Logger: h.logger()}
+	switch {
+	case target.Agent != nil && target.Agent.Oracle != nil:
+		o.Oracle, o.Model = true, "oracle"
+	case target.Agent != nil:
+		return nil, SpecError{at.Errorf("target.agent", "harness.external drives the target model (target: {connector, model}); of the target agents it runs only the oracle (target.agent: {oracle: {}})")}
+	default:
+		conn, err := m.connector(target.ModelRef)
+		if err != nil {
+			return nil, SpecError{at.Errorf("target", "target: %v", err)}
+		}
+		o.Connector = engine.TimedConnector(conn)
 	}
-	conn, err := m.connector(target.ModelRef)
-	if err != nil {
-		return nil, SpecError{at.Errorf("target", "target: %v", err)}
-	}
-	ag, err := external.New(ctx, external.Options{
-		External:  ext,
-		Dir:       dir,
-		Connector: engine.TimedConnector(conn),
-		Model:     target.Model,
-		Pricing:   pricing,
-		Logger:    h.logger(),
-	})
+	ag, err := external.New(ctx, o)
 	if err != nil {
 		return nil, SpecError{at.Errorf("harness.external", "%v", err)}
 	}

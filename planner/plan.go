@@ -18,6 +18,7 @@ import (
 	"evals.si/engine"
 	"evals.si/environment"
 	"evals.si/evaluate"
+	"evals.si/harness/harnesspb"
 	"evals.si/model"
 	"evals.si/sandbox"
 	"evals.si/spec"
@@ -148,12 +149,15 @@ func (h *Host) Plan(ctx context.Context, f *spec.File) (*engine.Plan, error) {
 		p.Runner = &engine.PlainRunner{Target: target, Model: pt.target.Model, Pricing: model.DefaultPricing(), Evaluators: evals}
 		return p, nil
 	}
-	if err := h.preflight(ctx, f, pt.env); err != nil {
-		return nil, err
-	}
 	r, err := h.agentRunner(ctx, f, pt, p.Name, evals)
 	if err != nil {
 		return nil, err
+	}
+	if !r.NoSandbox {
+		if err := h.preflight(ctx, f, pt.env); err != nil {
+			closeAgent(h.logger(), r.Agent)
+			return nil, err
+		}
 	}
 	p.Runner = r
 	p.Close = func() { closeAgent(h.logger(), r.Agent) }
@@ -200,12 +204,19 @@ func (h *Host) agentRunner(ctx context.Context, at where, pt *parts, run string,
 		return nil, SpecError{at.Errorf("harness.builtin.tools", "harness.builtin.tools applies only to the built-in agent; with target.agent or harness.external the agent brings its own tools (remove tools, or drop target.agent/harness.external)")}
 	}
 	var ag agent.Agent
+	noSandbox := false
 	switch {
 	case pt.external() != nil:
-		ag, err = h.externalAgent(ctx, at, pt.target, *pt.external(), pt.dir, pt.models, pricing)
+		ext, err := h.externalAgent(ctx, at, pt.target, *pt.external(), pt.dir, pt.models, pricing)
 		if err != nil {
 			return nil, err
 		}
+		if noSandbox = !ext.NeedsSandbox(); noSandbox && pt.env != nil {
+			name, _, _, _ := ext.Info()
+			ext.Close()
+			return nil, SpecError{at.Errorf("environment", "the external harness %s works without a sandbox (it advertises %s), so the spec's environment would not be used: remove environment", name, harnesspb.CapabilityNoSandbox)}
+		}
+		ag = ext
 	case pt.target.Agent != nil:
 		ag, err = h.targetAgent(at, pt.target, pt.harness, pt.models.opts)
 		if err != nil {
@@ -253,6 +264,7 @@ func (h *Host) agentRunner(ctx context.Context, at where, pt *parts, run string,
 		ProxyDir:        h.ProxyDir,
 		Egress:          h.Egress,
 		User:            user,
+		NoSandbox:       noSandbox,
 	}, nil
 }
 
