@@ -37,6 +37,9 @@ const (
 type Outcome struct {
 	RunID    string
 	RecordID string
+	// Category is the record's metadata.category (a benchmark's category),
+	// by which the summary breaks scores down; empty for none.
+	Category string
 	Trial    int
 	Attempt  int
 	Status   string
@@ -239,7 +242,7 @@ func Summarize(runID, name, status string, records, trials int, outcomes []*Outc
 		sum.CostUSDInclRetries += spend.CostUSD
 		sum.TokensInclRetries += spend.Usage.Total()
 		sum.Attempts += o.Attempt + 1
-		r := evaluate.TrialResult{RecordID: o.RecordID, Trial: o.Trial, Evaluations: o.Evaluations}
+		r := evaluate.TrialResult{RecordID: o.RecordID, Trial: o.Trial, Group: o.Category, Evaluations: o.Evaluations}
 		if o.Status == TrialErrored {
 			sum.Errored++
 			sum.ErrorsByKind[o.ErrorKind]++

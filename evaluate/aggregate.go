@@ -22,6 +22,9 @@ type TrialResult struct {
 	// Err is set when the trial itself failed (an infrastructure error):
 	// nothing was scored.
 	Err string `json:"error,omitempty"`
+	// Group is the record's category (metadata.category), by which the
+	// summary also breaks scores down; empty for none.
+	Group string `json:"group,omitempty"`
 	// Evaluations holds one result per configured evaluator, in spec order.
 	Evaluations []EvaluatorResult `json:"evaluations,omitempty"`
 }
@@ -72,6 +75,20 @@ type Summary struct {
 	// pass signal; a k no record had enough decidable trials for is left out.
 	PassAtK  []PassK `json:"pass_at_k,omitempty"`
 	PassHatK []PassK `json:"pass_hat_k,omitempty"`
+	// Groups breaks the means down by record category (a benchmark's
+	// categories: BFCL's simple_python, multi_turn_base, ...), in the order
+	// categories first appear; empty when no record has one.
+	Groups []GroupSummary `json:"groups,omitempty"`
+}
+
+// GroupSummary is the part of a summary of one record category.
+type GroupSummary struct {
+	Name string `json:"name"`
+	// Trials counts the category's trials, Errored those that failed or
+	// that some evaluator could not score.
+	Trials  int         `json:"trials"`
+	Errored int         `json:"errored"`
+	Means   []ScoreMean `json:"means"`
 }
 
 // Scores returns the flat map of the `--json` report: each score's mean,
@@ -203,6 +220,12 @@ func Aggregate(cfgs []spec.Evaluator, trials []TrialResult) Summary {
 	type tally struct{ n, c, trials int }
 	byRecord := map[string]*tally{}
 	var recordOrder []string
+	type group struct {
+		trials, errored int
+		acc             *meanAcc
+	}
+	groups := map[string]*group{}
+	var groupOrder []string
 
 	for _, t := range trials {
 		s.TrialsRun++
@@ -214,6 +237,12 @@ func Aggregate(cfgs []spec.Evaluator, trials []TrialResult) Summary {
 		}
 		rt.trials++
 
+		g := groups[t.Group]
+		if t.Group != "" && g == nil {
+			g = &group{acc: newMeanAcc()}
+			groups[t.Group] = g
+			groupOrder = append(groupOrder, t.Group)
+		}
 		trialErrored := t.Err != ""
 		results := make([]EvaluatorResult, len(cfgs))
 		usable := make([]bool, len(cfgs))
@@ -232,10 +261,19 @@ func Aggregate(cfgs []spec.Evaluator, trials []TrialResult) Summary {
 			for _, sc := range r.Scores {
 				perEval[i].add(sc.Name, sc.Value)
 				all.add(sc.Name, sc.Value)
+				if g != nil {
+					g.acc.add(sc.Name, sc.Value)
+				}
 			}
 		}
 		if trialErrored {
 			s.Errored++
+		}
+		if g != nil {
+			g.trials++
+			if trialErrored {
+				g.errored++
+			}
 		}
 
 		if len(rules) == 0 || t.Err != "" {
@@ -270,6 +308,10 @@ func Aggregate(cfgs []spec.Evaluator, trials []TrialResult) Summary {
 		s.Evaluators = append(s.Evaluators, EvaluatorSummary{Name: c.Name, Errored: errored[i], Scores: perEval[i].means()})
 	}
 	s.Means = all.means()
+	for _, name := range groupOrder {
+		g := groups[name]
+		s.Groups = append(s.Groups, GroupSummary{Name: name, Trials: g.trials, Errored: g.errored, Means: g.acc.means()})
+	}
 	for _, r := range rules {
 		s.PassSignal = append(s.PassSignal, r.name)
 	}

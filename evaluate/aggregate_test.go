@@ -162,3 +162,45 @@ func TestAggregateEdgeCases(t *testing.T) {
 		t.Errorf("pass@k = %+v", s.PassAtK)
 	}
 }
+
+// Scores break down by record category; a trial that errored counts in its
+// category's errored trials and in none of its means.
+func TestAggregateGroups(t *testing.T) {
+	cfgs := []spec.Evaluator{{Name: TaskSuccess}, {Name: CodeQuality}}
+	grouped := func(tr TrialResult, g string) TrialResult { tr.Group = g; return tr }
+	trials := []TrialResult{
+		grouped(agentTrial("s0", 1, true, 5), "simple_python"),
+		grouped(agentTrial("s1", 1, false, 3), "simple_python"),
+		grouped(agentTrial("m0", 1, true, 4), "multi_turn_base"),
+		{RecordID: "m1", Trial: 1, Group: "multi_turn_base", Err: "harness: setup failed"},
+		agentTrial("x", 1, true, 5), // no category: in the run's means only
+	}
+	s := Aggregate(cfgs, trials)
+	if len(s.Groups) != 2 {
+		t.Fatalf("groups = %+v, want simple_python and multi_turn_base", s.Groups)
+	}
+	for _, tc := range []struct {
+		group            GroupSummary
+		name             string
+		trials, errored  int
+		success, quality float64
+	}{
+		{s.Groups[0], "simple_python", 2, 0, 0.5, 4},
+		{s.Groups[1], "multi_turn_base", 2, 1, 1, 4},
+	} {
+		g := tc.group
+		if g.Name != tc.name || g.Trials != tc.trials || g.Errored != tc.errored {
+			t.Errorf("group %+v, want %s with %d trials, %d errored", g, tc.name, tc.trials, tc.errored)
+		}
+		means := map[string]float64{}
+		for _, m := range g.Means {
+			means[m.Name] = m.Mean
+		}
+		if !near(means["task-success"], tc.success) || !near(means["code-quality"], tc.quality) {
+			t.Errorf("%s means = %v, want task-success %v code-quality %v", tc.name, means, tc.success, tc.quality)
+		}
+	}
+	if none := Aggregate(cfgs, []TrialResult{agentTrial("x", 1, true, 5)}); none.Groups != nil {
+		t.Errorf("groups without categories = %+v, want none", none.Groups)
+	}
+}

@@ -29,6 +29,9 @@ type JSONSummary struct {
 	CostUSDInclRetries float64            `json:"cost_usd_incl_retries"`
 	TokensInclRetries  int                `json:"tokens_incl_retries"`
 	Attempts           int                `json:"attempts"`
+	// Categories holds, per record category (metadata.category, which the
+	// benchmark importers set), each score's mean over its trials.
+	Categories map[string]map[string]float64 `json:"categories,omitempty"`
 }
 
 // WriteJSON writes the one-object JSON summary.
@@ -37,9 +40,39 @@ func WriteJSON(w io.Writer, s *engine.Summary) error {
 	if scores == nil {
 		scores = map[string]float64{}
 	}
+	var cats map[string]map[string]float64
+	for _, g := range s.Aggregate.Groups {
+		if cats == nil {
+			cats = map[string]map[string]float64{}
+		}
+		m := make(map[string]float64, len(g.Means))
+		for _, sm := range g.Means {
+			m[sm.Name] = sm.Mean
+		}
+		cats[g.Name] = m
+	}
 	enc := json.NewEncoder(w)
 	return enc.Encode(JSONSummary{RunID: s.RunID, Status: s.Status, Records: s.Records, Trials: s.Trials, Errored: s.Errored, Scores: scores,
-		CostUSD: s.CostUSD, Tokens: s.Tokens, CostUSDInclRetries: s.CostUSDInclRetries, TokensInclRetries: s.TokensInclRetries, Attempts: s.Attempts})
+		CostUSD: s.CostUSD, Tokens: s.Tokens, CostUSDInclRetries: s.CostUSDInclRetries, TokensInclRetries: s.TokensInclRetries, Attempts: s.Attempts,
+		Categories: cats})
+}
+
+// writeGroups prints the per-category breakdown: per category its trials,
+// errored trials and the mean of each score.
+func writeGroups(w io.Writer, s *engine.Summary) error {
+	if len(s.Aggregate.Groups) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CATEGORY\tTRIALS\tERRORED\tSCORES")
+	for _, g := range s.Aggregate.Groups {
+		parts := make([]string, 0, len(g.Means))
+		for _, sm := range g.Means {
+			parts = append(parts, fmt.Sprintf("%s=%.3f", sm.Name, sm.Mean))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", g.Name, g.Trials, g.Errored, strings.Join(parts, " "))
+	}
+	return tw.Flush()
 }
 
 // WriteTable writes the human summary: per score the mean and errored
@@ -67,6 +100,9 @@ func WriteTable(w io.Writer, s *engine.Summary) error {
 		fmt.Fprintf(tw, "pass^k\tpass^%d\t%.3f\t%d\t\n", p.K, p.Value, p.Records)
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := writeGroups(w, s); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "spend: $%.4f  tokens: %d  elapsed: %.1fs\n", s.CostUSD, s.Tokens, s.Elapsed)

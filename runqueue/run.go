@@ -90,7 +90,7 @@ func outcomesOf(ctx context.Context, st Store, runID string, nEvals int, unfinis
 	for _, t := range trials {
 		if t.Status != store.TrialFinished && t.Status != store.TrialErrored {
 			if unfinished {
-				out = append(out, &engine.Outcome{RunID: runID, RecordID: t.RecordID, Trial: t.Trial, Attempt: max(t.Attempt-1, 0),
+				out = append(out, &engine.Outcome{RunID: runID, RecordID: t.RecordID, Category: recordCategory(t.Record), Trial: t.Trial, Attempt: max(t.Attempt-1, 0),
 					Status: engine.TrialErrored, ErrorKind: engine.ErrorKindStore, Error: "the trial's result could not be recorded in the store",
 					Spend: engine.Spend{Usage: t.SpendUsage, CostUSD: t.SpendCostUSD}})
 			}
@@ -98,7 +98,7 @@ func outcomesOf(ctx context.Context, st Store, runID string, nEvals int, unfinis
 		}
 		o := &engine.Outcome{
 			// The store counts attempts from 1, the engine from 0.
-			RunID: runID, RecordID: t.RecordID, Trial: t.Trial, Attempt: max(t.Attempt-1, 0),
+			RunID: runID, RecordID: t.RecordID, Category: recordCategory(t.Record), Trial: t.Trial, Attempt: max(t.Attempt-1, 0),
 			Status: engine.TrialCompleted, ErrorKind: t.ErrorKind, Error: t.Error, Output: t.Output,
 			Usage: t.Usage, CostUSD: t.CostUSD, Isolation: t.Isolation, Started: t.StartedAt, Finished: t.FinishedAt,
 			Spend: engine.Spend{Usage: t.SpendUsage, CostUSD: t.SpendCostUSD},
@@ -121,6 +121,21 @@ func outcomesOf(ctx context.Context, st Store, runID string, nEvals int, unfinis
 		out = append(out, o)
 	}
 	return out, nil
+}
+
+// recordCategory is a stored record's metadata.category when it is a
+// string (benchmark importers set it), else "".
+func recordCategory(rec json.RawMessage) string {
+	var r struct {
+		Metadata struct {
+			Category json.RawMessage `json:"category"`
+		} `json:"metadata"`
+	}
+	var c string
+	if len(rec) == 0 || json.Unmarshal(rec, &r) != nil || json.Unmarshal(r.Metadata.Category, &c) != nil {
+		return ""
+	}
+	return c
 }
 
 // FinalizeOptions say how a run ends.
