@@ -1,6 +1,9 @@
 package planner
 
 import (
+	"os"
+
+	"evals.si/bench/bfcl"
 	"evals.si/bench/harbor"
 	"evals.si/bench/swebench"
 	"evals.si/bench/terminalbench"
@@ -15,6 +18,9 @@ func Datasets() *dataset.Registry {
 	terminalbench.Register(reg)
 	harbor.Register(reg)
 	swebench.Register(reg)
+	// BFCL_DATA_DIR is read only when a URI has no data_dir=; a server
+	// refuses such URIs before loading (server/confine.go).
+	bfcl.Register(reg, os.Getenv)
 	return reg
 }
 

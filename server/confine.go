@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"evals.si/access"
+	"evals.si/bench/bfcl"
 	"evals.si/dataset"
 	"evals.si/image"
 	"evals.si/spec"
@@ -39,7 +40,8 @@ func localImage(ref string) bool {
 
 // datasetFiles are the server-side files a spec's dataset names, by field.
 // An opaque URI (scheme:path) names a path just as scheme://path does for
-// the importers; it is read the same way here.
+// the importers; it is read the same way here. A bfcl:// URI names its
+// data_dir.
 func datasetFiles(d spec.Dataset) (map[string]string, error) {
 	files := map[string]string{}
 	if d.Path != "" {
@@ -53,6 +55,14 @@ func datasetFiles(d spec.Dataset) (map[string]string, error) {
 		p := u.Host + u.Path
 		if u.Opaque != "" {
 			p = u.Opaque
+		}
+		if u.Scheme == bfcl.Scheme {
+			// bfcl://CATEGORY: the path is a category, the files are
+			// under data_dir. Without it the importer would read the
+			// server's own BFCL_DATA_DIR.
+			if p = u.Query().Get(bfcl.DataDirParam); p == "" {
+				return nil, badRequest("spec.dataset.uri", "dataset.uri %q names no data_dir: on a server, give BFCL's data directory as data_dir=DIR, relative to the server's datasets_dir (the server's %s is not read)", d.URI, bfcl.DataDirEnv)
+			}
 		}
 		if p != "" {
 			files["dataset.uri"] = p

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"evals.si/bench/bfcl"
 	"evals.si/bench/harbor"
 	"evals.si/bench/importer"
 	"evals.si/bench/swebench"
@@ -21,6 +22,7 @@ var benchImporters = map[string]importer.Importer{
 	terminalbench.Scheme: terminalbench.Importer{},
 	harbor.Scheme:        harbor.Importer{},
 	swebench.Scheme:      swebench.Importer{},
+	bfcl.Scheme:          bfcl.Importer{Getenv: os.Getenv},
 }
 
 // cmdDatasets is `evalsi datasets inspect URI`: how many tasks import,
