@@ -1,7 +1,9 @@
 package planner
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -211,7 +213,7 @@ func (h *Host) agentRunner(ctx context.Context, at where, pt *parts, run string,
 		if err != nil {
 			return nil, err
 		}
-		if noSandbox = !ext.NeedsSandbox(); noSandbox && pt.env != nil {
+		if noSandbox = !ext.NeedsSandbox(); noSandbox && setsEnvironment(pt.env) {
 			name, _, _, _ := ext.Info()
 			ext.Close()
 			return nil, SpecError{at.Errorf("environment", "the external harness %s works without a sandbox (it advertises %s), so the spec's environment would not be used: remove environment", name, harnesspb.CapabilityNoSandbox)}
@@ -266,6 +268,19 @@ func (h *Host) agentRunner(ctx context.Context, at where, pt *parts, run string,
 		User:            user,
 		NoSandbox:       noSandbox,
 	}, nil
+}
+
+// setsEnvironment reports whether env says more than the defaults an agent
+// run's spec gets when it names no environment.
+func setsEnvironment(env *spec.Environment) bool {
+	if env == nil {
+		return false
+	}
+	var none spec.Environment
+	none.ApplyDefaults()
+	a, errA := json.Marshal(env)
+	b, errB := json.Marshal(&none)
+	return errA != nil || errB != nil || !bytes.Equal(a, b)
 }
 
 func checkParser(reg *checker.Registry, p string) error {
