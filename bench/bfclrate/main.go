@@ -9,11 +9,12 @@
 //     time, and without the adapter's start (from the first finished
 //     trial to the last), since BFCL runs are long enough for that to be
 //     the figure that matters.
+//
 //   - direct: `python -m evalsi_bfcl.benchdirect` in the adapter's
 //     environment, BFCL's checker on the same entries' oracle answers in a
 //     loop, no harness, no gRPC.
 //
-//	CGO_ENABLED=0 go run ./bench/bfclrate [-data-dir DIR] [-category C] [-trials N] [-concurrency C]
+//     CGO_ENABLED=0 go run ./bench/bfclrate [-data-dir DIR] [-category C] [-trials N] [-concurrency C]
 //
 // DIR defaults to $BFCL_DATA_DIR, else the repository's sibling
 // ../shared/benchdata/bfcl (the samples the tests use).
