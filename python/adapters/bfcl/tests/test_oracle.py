@@ -86,3 +86,41 @@ class OracleFullDataTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class EveryPossibleAnswerTest(support.Case):
+    """Not only the first: every possible value of every parameter of the
+    shipped single-turn samples, each in turn with the first values
+    elsewhere, answered as the oracle answers (so Java and JavaScript values
+    are written as BFCL's converters read them) and graded against the
+    entry's real answer, passes."""
+
+    def test_each_value_passes(self):
+        import copy
+
+        from evalsi_bfcl import oracle
+        from evalsi_bfcl.entry import Entry
+
+        support.require_samples(self)
+        graded = 0
+        for cat in CATEGORIES:
+            if cat in MULTI_TURN_CATEGORIES or cat in RELEVANCE_CATEGORIES:
+                continue
+            for md in support.records(cat):
+                answer = md["bfcl"]["answer"]["ground_truth"]
+                for i, gt in enumerate(answer):
+                    (fname, params), = gt.items()
+                    for p, values in params.items():
+                        for k in range(1, len(values)):
+                            rotated = copy.deepcopy(md)
+                            vals = rotated["bfcl"]["answer"]["ground_truth"][i][fname][p]
+                            vals.insert(0, vals.pop(k))
+                            try:
+                                msg = oracle.single_turn(Entry(rotated))
+                            except oracle.OracleError:
+                                continue  # "" for a required parameter: not an answer
+                            with self.subTest(entry=md["bfcl"]["entry"]["id"], call=i, param=p, value=values[k]):
+                                r = support.run_trial(self.harness, md, support.ScriptedWorker([msg]))
+                                self.assertTrue(r.verdict["pass"], r.verdict["details"])
+                                graded += 1
+        self.assertGreater(graded, 20)
