@@ -47,7 +47,8 @@ var allowed = map[string]string{
 	"internal/testenv/registrytest": "test support only: runs docker-registry on a loopback port for the sandbox pool's registry tests",
 	"internal/testenv/jaegertest":   "test support only: runs scripts/build-jaeger.sh --cached and the cached jaeger binary, on loopback ports, for the traces dataset tests",
 	"bench/server":                  "a benchmark command, not the product: starts its own PostgreSQL (initdb, postgres) and the evalsid serve and worker processes it measures",
-	"harness/external":              "starts the harness.external command or Python shim the spec names; it only serves the protocol, model output still runs in the sandbox via Worker.Exec",
+	"harness/external":              "starts the harness.external command or Python shim the spec names; it only serves the protocol, model output still runs in the sandbox via Worker.Exec (BFCL's adapter, which needs no sandbox, runs a model's calls only as checked calls of BFCL's simulated classes, in rlimited children)",
+	"bench/bfclrate":                "a benchmark command, not the product: runs bfcl-eval's checker directly in the bfcl adapter's environment, to compare with the rate through the engine",
 
 	// The bwrap rung's half inside a sandbox.
 	"sandbox/execproto": "the exec server, PID 1 inside a bwrap sandbox or a microVM guest, starts its commands there",
