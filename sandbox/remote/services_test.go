@@ -3,6 +3,7 @@ package remote_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"evals.si/sandbox"
 	"evals.si/sandbox/pool/pooltest"
@@ -28,7 +29,15 @@ func TestPoolBoundsServicesPerSandbox(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "4 services") {
 		t.Fatalf("a fifth service: %v; want it refused, naming the pool's most per sandbox", err)
 	}
-	res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "test ! -e fifth && ps -e -o comm= | grep -c '^sleep$'"}})
+	// A started service may not have exec'd sleep yet on a loaded machine:
+	// wait (briefly) for all four, while the fifth must never appear.
+	var res sandbox.ExecResult
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		res, err = sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "test ! -e fifth && ps -e -o comm= | grep -c '^sleep$'"}})
+		if err != nil || strings.TrimSpace(string(res.Stdout)) == "4" || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout)) != "4" {
 		t.Errorf("after the refusal: %+v %v; want the fifth never run and 4 sleeps", res, err)
 	}
