@@ -4,6 +4,7 @@ prepared as BFCL prepares them for an OpenAI-style function-calling model."""
 import copy
 import importlib
 import inspect
+import ast
 import re
 
 from bfcl_eval.constants.enums import Language, ModelStyle, ReturnFormat
@@ -37,6 +38,41 @@ MULTI_TURN_CLASSES = (
 # whose config maps the offered "a_b" names back to BFCL's "a.b"
 # (underscore_to_dot), as BFCL does for the handlers that rename them.
 GRADING_MODEL = "gpt-4o-2024-11-20-FC"
+
+
+_SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
+
+
+def safe_ground_truth(eid, gt, methods):
+    """The ground-truth call strings rebuilt from checked parts: BFCL's
+    checker evals them, and they come from the dataset, which a spec may
+    supply. Each must be a call of a method of the entry's classes with
+    literal arguments; it is written back with repr, in its own positional
+    and keyword form, so what BFCL runs is the same call."""
+    out = []
+    for turn in gt:
+        calls = []
+        for src in turn:
+            where = "entry %s: ground-truth call %.200r" % (eid, src)
+            try:
+                node = ast.parse(src, mode="eval").body
+            except SyntaxError as e:
+                raise EntryError("%s is not a Python call: %s" % (where, e)) from None
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.func.id not in methods:
+                raise EntryError("%s is not a call of a method of the entry's classes" % where)
+            parts = []
+            try:
+                for a in node.args:
+                    parts.append(repr(ast.literal_eval(a)))
+                for k in node.keywords:
+                    if k.arg is None:
+                        raise EntryError("%s uses **kwargs" % where)
+                    parts.append("%s=%r" % (k.arg, ast.literal_eval(k.value)))
+            except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError) as e:
+                raise EntryError("%s: an argument is not a literal: %s" % (where, e)) from None
+            calls.append("%s(%s)" % (node.func.id, ",".join(parts)))
+        out.append(calls)
+    return out
 
 
 class EntryError(ValueError):
@@ -77,6 +113,10 @@ class Entry:
         if not isinstance(e, dict) or not isinstance(e.get("id"), str) or not e["id"]:
             raise EntryError("metadata.bfcl.entry is not a BFCL entry object with a string \"id\"")
         eid = e["id"]
+        # BFCL pastes the id into the names of the instances it prefixes
+        # onto every call it evals: only plain characters may be in it.
+        if not _SAFE_ID.fullmatch(eid):
+            raise EntryError("entry id %.200r has characters other than letters, digits, _ and -" % eid)
         # BFCL decides how to grade from the id, so it must say the category.
         if extract_test_category_from_id(eid) != cat:
             raise EntryError("entry %s: its id names category %r, but metadata.bfcl.category is %r"
@@ -175,6 +215,7 @@ class Entry:
         add_language_specific_hint_to_function_doc([p])
         self.functions = p["function"]
         self.methods = method_classes(classes)
+        self.answer = safe_ground_truth(self.id, self.answer, self.methods)
         self.holdouts = {int(k): v for k, v in p.get("missed_function", {}).items()}
         for turn, names in missed.items():
             if len(self.holdouts[int(turn)]) != len(names):

@@ -146,3 +146,27 @@ class BenchDirectTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class DatasetInjectionTest(unittest.TestCase):
+    """BFCL's checker evals the ground truth, and prefixes calls with names
+    made from the entry id: a dataset (which a spec may supply inline) that
+    hides code in either is refused before anything runs."""
+
+    def test_refused(self):
+        import copy
+
+        from evalsi_bfcl.entry import Entry, EntryError
+
+        support.require_samples(self)
+        md = support.record("multi_turn_base", "multi_turn_base_3")
+        bad_gt = copy.deepcopy(md)
+        bad_gt["bfcl"]["answer"]["ground_truth"][0] = ["find(path='.', name=__import__('os').system('touch /tmp/evalsi-gt-pwned'))"]
+        bad_id = copy.deepcopy(md)
+        bad_id["bfcl"]["entry"]["id"] = "multi_turn_base_3:__import__('os').system('id')"
+        for name, m in (("ground truth", bad_gt), ("id", bad_id)):
+            with self.subTest(name):
+                with self.assertRaises(EntryError):
+                    Entry(m)
+        # The real ground truth is rebuilt to the same calls.
+        self.assertEqual(Entry(md).answer[0], ["find(path='.',name='test')"])
