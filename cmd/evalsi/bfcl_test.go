@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -445,5 +444,3 @@ func TestBFCLRefusesEnvironment(t *testing.T) {
 		t.Fatalf("exit %d; want a refusal naming environment\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
 }
-
-var _ = fmt.Sprintf
