@@ -159,6 +159,7 @@ func (w *workerService) Chat(ctx context.Context, req *harnesspb.ChatRequest) (*
 		}
 	}
 	w.tr.meter(resp.Usage, usd)
+	decodableArguments(&resp.Message)
 	msg, err := json.Marshal(resp.Message)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "chat: encoding the reply: %v", err)

@@ -48,16 +48,23 @@ def _no_constant(name):
     raise ValueError("%s is not JSON" % name)
 
 
-def _check_value(v, path):
+# Deeper arguments are refused: BFCL's call string and the pickle that takes
+# it to the child would recurse past Python's limit.
+MAX_DEPTH = 100
+
+
+def _check_value(v, path, depth=1):
+    if depth > MAX_DEPTH:
+        raise Refused("argument %s nests deeper than %d levels" % (path.split("[", 1)[0], MAX_DEPTH))
     if isinstance(v, float) and not math.isfinite(v):
         # 1e999 parses to inf, whose repr is not a literal.
         raise Refused("argument %s is a number out of range" % path)
     if isinstance(v, list):
         for i, x in enumerate(v):
-            _check_value(x, "%s[%d]" % (path, i))
+            _check_value(x, "%s[%d]" % (path, i), depth + 1)
     elif isinstance(v, dict):
         for k, x in v.items():
-            _check_value(x, "%s[%r]" % (path, k))
+            _check_value(x, "%s[%r]" % (path, k), depth + 1)
 
 
 def parse_arguments(text):

@@ -124,6 +124,11 @@ class _Child:
             self._conn.send(msg)
         except (OSError, ValueError):
             pass  # the child is gone: _wait says how it ended
+        except Exception as e:
+            # The model's values could not be pickled (too deep, too big):
+            # its own doing, graded as a check that went over a limit.
+            self.close(kill=True)
+            raise LimitExceeded("input", "the model's values cannot be sent to the child: %s" % type(e).__name__) from None
 
     def close(self, kill=False):
         """Ends the child (idempotent); kill: without asking it first."""

@@ -149,6 +149,38 @@ class MultiTurnTest(support.Case):
         # The model was told, in the next query, for each call.
         self.assertEqual([m["role"] for m in w.calls[1]["messages"]][-11:], ["tool"] * 11)
 
+    def test_values_too_deep_or_too_big_are_refused(self):
+        # The worker hands arguments Python's json.loads cannot decode (over
+        # 100 levels, or a number over 4000 digits) as their raw text; a
+        # deep value that did decode is refused before BFCL builds a call
+        # string or a pickle from it. The model is told; nothing crashes.
+        md = support.record("multi_turn_base", "multi_turn_base_0")
+        deep = {"folder": [[]]}
+        inner = deep["folder"][0]
+        for _ in range(150):
+            inner.append([])
+            inner = inner[0]
+        # Undecodable text: BFCL's decoder fails, which ends the turn.
+        undecodable = support.calls_message(
+            ("cd", '{"folder": %s%s}' % ("[" * 985, "]" * 985)),
+            ("cd", '{"folder": %s}' % ("9" * 5000)),
+        )
+        r = support.run_trial(self.harness, md, support.ScriptedWorker([undecodable]))
+        results = r.kinds("tool_result")
+        self.assertEqual(len(results), 2)
+        self.assertTrue(all(res.get("is_error") for res in results), results)
+        self.assertFalse(r.verdict["pass"])
+        self.assertEqual(r.details["error_type"], "multi_turn:empty_turn_model_response", r.details)
+        # A deep value that decoded is refused, and the model told why.
+        r = support.run_trial(self.harness, md, support.ScriptedWorker([support.calls_message(("cd", deep))]))
+        results = r.kinds("tool_result")
+        self.assertTrue(results[0].get("is_error"), results[0])
+        self.assertIn("nests deeper than 100 levels", results[0]["output"])
+        self.assertFalse(r.verdict["pass"])
+        self.assertNotEqual(r.details.get("error_type"), "evalsi:check_limit_exceeded", r.details)
+        # The next trial on the same harness passes.
+        self.assertTrue(support.run_trial(self.harness, md, oracle=True).verdict["pass"])
+
     def test_undecodable_step_ends_the_turn(self):
         md = support.record("multi_turn_base", "multi_turn_base_0")
         # Arguments that are not a JSON object: BFCL's decoder fails, which

@@ -98,6 +98,11 @@ DECODE_CASES = [
     ("arguments not JSON", "simple_python", "simple_python_0", _raw_args("{base: 10"), "ast_decoder:decoder_failed"),
     ("arguments a list", "simple_python", "simple_python_0", _raw_args("[10, 5]"),
      "ast_decoder:decoder_wrong_output_format"),
+    # What the worker hands over for arguments json.loads cannot decode.
+    ("arguments too deep", "simple_python", "simple_python_0",
+     _raw_args('{"base": %s%s}' % ("[" * 985, "]" * 985)), "ast_decoder:decoder_failed"),
+    ("number too long", "simple_python", "simple_python_0",
+     _raw_args('{"base": %s}' % ("9" * 5000)), "ast_decoder:decoder_failed"),
 ]
 
 
