@@ -67,7 +67,7 @@ func (d *Dict[V]) Values() []V {
 	return out
 }
 
-func (d *Dict[V]) pyKeys() []string      { return d.keys }
+func (d *Dict[V]) pyKeys() []string     { return d.keys }
 func (d *Dict[V]) pyValue(k string) any { return d.m[k] }
 
 // MarshalJSON writes the keys in order.
