@@ -11,10 +11,15 @@ For each domain it writes, under OUT/<domain>/:
   tools.json   the OpenAI schema of every tool the agent (and the user) is
                offered, in tau2's order, with each tool's type and
                mutates_state;
+  grades.json  (with --grades) for every task graded without an LLM judge:
+               the oracle's conversation (the gold actions, then the
+               communicate_info said), one without the information, and
+               one without the last write, each graded by tau2's own
+               Environment, Action and Communicate evaluators;
   traces.json  for every task: the initial state set up, each gold action
                run through Environment.get_response (content and error
                flag), the database hashes after, and each env_assertion's
-               result; then each scenario of <domain>_calls.json here (calls
+               result; then each scenario of the <domain>_calls*.json files here (calls
                the gold actions do not make: errors, reads, edge cases).
 
 Usage: python generate.py --tau2 CHECKOUT --data DATA_DIR --out OUT [domain...]
@@ -113,12 +118,12 @@ def trace_task(domain, data_dir, task):
 
 
 def trace_scenarios(domain, data_dir, tasks):
-    path = HERE / ("%s_calls.json" % domain)
-    if not path.exists():
-        return []
     by_id = {t.id: t for t in tasks}
+    scenarios = []
+    for path in sorted(HERE.glob("%s_calls*.json" % domain)):
+        scenarios += json.loads(path.read_text())
     out = []
-    for sc in json.loads(path.read_text()):
+    for sc in scenarios:
         env = environment(domain, data_dir)
         if sc.get("task"):
             set_up(env, by_id[sc["task"]])
@@ -131,11 +136,98 @@ def trace_scenarios(domain, data_dir, tasks):
     return out
 
 
+def messages_of(calls, final):
+    """A conversation of tool-call messages, each answered, then the
+    agent's final text; as dicts the Go test rebuilds the same messages
+    from, and as tau2 messages."""
+    from tau2.data_model.message import AssistantMessage, ToolCall, ToolMessage, UserMessage
+    wire, msgs = [], []
+    wire.append({"role": "assistant", "content": "Hi! How can I help you today?"})
+    msgs.append(AssistantMessage(role="assistant", content="Hi! How can I help you today?"))
+    for i, c in enumerate(calls):
+        by = c.get("requestor", "assistant")
+        tc = {"id": "gold_%d" % i, "name": c["name"], "arguments": c["arguments"], "requestor": by}
+        role = "user" if by == "user" else "assistant"
+        wire.append({"role": role, "tool_calls": [tc]})
+        wire.append({"role": "tool", "id": tc["id"], "requestor": by, "content": c["content"], "error": c["error"]})
+        cls = UserMessage if role == "user" else AssistantMessage
+        msgs.append(cls(role=role, content=None, tool_calls=[ToolCall(**tc)]))
+        msgs.append(ToolMessage(id=tc["id"], role="tool", content=c["content"], requestor=by, error=c["error"]))
+    wire.append({"role": "assistant", "content": final})
+    msgs.append(AssistantMessage(role="assistant", content=final))
+    return wire, msgs
+
+
+def grade(domain, data_dir, task, msgs):
+    """evaluate_simulation(EvaluationType.ALL) for a conversation the
+    agent ended: its three evaluators, from tau2, combined over the reward
+    basis as evaluate_simulation combines them (its own module needs the
+    LLM runner's dependencies; the combination is these lines there)."""
+    from tau2.data_model.tasks import RewardType
+    from tau2.evaluator.evaluator_action import ActionEvaluator
+    from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
+    from tau2.evaluator.evaluator_env import EnvironmentEvaluator
+    ctor = lambda solo_mode=False, **kw: environment(domain, data_dir)  # noqa: E731
+    env_r = EnvironmentEvaluator.calculate_reward(environment_constructor=ctor, task=task, full_trajectory=msgs)
+    act_r = ActionEvaluator.calculate_reward(task=task, full_trajectory=msgs)
+    com_r = CommunicateEvaluator.calculate_reward(task=task, full_trajectory=msgs)
+    basis = set(task.evaluation_criteria.reward_basis)
+    reward, breakdown = 1.0, {}
+    if basis & {RewardType.DB, RewardType.ENV_ASSERTION}:
+        breakdown.update({k.value: v for k, v in (env_r.reward_breakdown or {}).items()})
+        reward *= env_r.reward
+    if RewardType.ACTION in basis:
+        breakdown.update({k.value: v for k, v in (act_r.reward_breakdown or {}).items()})
+        reward *= act_r.reward
+    if RewardType.COMMUNICATE in basis:
+        breakdown.update({k.value: v for k, v in (com_r.reward_breakdown or {}).items()})
+        reward *= com_r.reward
+    return {"reward": reward, "reward_breakdown": breakdown,
+            "db_match": env_r.db_check.db_match if env_r.db_check else None}
+
+
+def grade_task(domain, data_dir, task, trace):
+    """The oracle's conversation and two that fail it, graded by tau2."""
+    ec = task.evaluation_criteria
+    if ec is None or (RewardTypeNL() in ec.reward_basis and ec.nl_assertions):
+        return None
+    info = "\n".join(ec.communicate_info or [])
+    out = {"task": json.loads(task.model_dump_json(exclude_none=True)), "cases": []}
+    cases = [("oracle", trace["calls"], info + "\n###STOP###")]
+    if ec.communicate_info:
+        cases.append(("silent", trace["calls"], "###STOP###"))
+    writes = [i for i, c in enumerate(trace["calls"]) if not c["error"] and mutating(domain, data_dir, c["name"])]
+    if writes:
+        last = writes[-1]
+        cases.append(("no_last_write", trace["calls"][:last] + trace["calls"][last + 1:], info + "\n###STOP###"))
+    for name, calls, final in cases:
+        wire, msgs = messages_of(calls, final)
+        out["cases"].append({"name": name, "messages": wire, "grade": grade(domain, data_dir, task, msgs)})
+    return out
+
+
+def RewardTypeNL():
+    from tau2.data_model.tasks import RewardType
+    return RewardType.NL_ASSERTION
+
+
+_MUTATING = {}
+
+
+def mutating(domain, data_dir, name):
+    if domain not in _MUTATING:
+        env = environment(domain, data_dir)
+        names = set(env.tools.get_tools()) | set(env.user_tools.get_tools() if env.user_tools else [])
+        _MUTATING[domain] = {n for n in names if env._is_mutating_tool(n)}
+    return name in _MUTATING[domain]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tau2", required=True, help="a checkout of sierra-research/tau2-bench")
     ap.add_argument("--data", required=True, help="a data directory laid out as tau2's data/")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--grades", action="store_true", help="also write grades.json: conversations graded by tau2's evaluators")
     ap.add_argument("domains", nargs="*", default=["airline", "retail", "telecom"])
     a = ap.parse_args()
     load_tau2(a.tau2, a.data)
@@ -157,6 +249,13 @@ def main():
         out.mkdir(parents=True, exist_ok=True)
         (out / "tools.json").write_text(json.dumps(tools, indent=1) + "\n")
         (out / "traces.json").write_text(json.dumps(traces, indent=1) + "\n")
+        if a.grades:
+            grades = []
+            for t, tr in zip(tasks, traces["tasks"]):
+                g = grade_task(domain, a.data, t, tr)
+                if g is not None:
+                    grades.append(g)
+            (out / "grades.json").write_text(json.dumps(grades, indent=1) + "\n")
         print("%s: %d tools, %d tasks, %d scenarios" % (domain, sum(len(v) for v in tools.values()),
                                                        len(traces["tasks"]), len(traces["scenarios"])))
 

@@ -67,8 +67,9 @@ func (d *Dict[V]) Values() []V {
 	return out
 }
 
-func (d *Dict[V]) pyKeys() []string     { return d.keys }
-func (d *Dict[V]) pyValue(k string) any { return d.m[k] }
+// Value receivers: a Dict field is written whether or not it is a pointer.
+func (d Dict[V]) pyKeys() []string     { return d.keys }
+func (d Dict[V]) pyValue(k string) any { return d.m[k] }
 
 // MarshalJSON writes the keys in order.
 func (d Dict[V]) MarshalJSON() ([]byte, error) {

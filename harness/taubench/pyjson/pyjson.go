@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Stringer is a value json.dumps(default=str) writes as the string str()
@@ -172,10 +173,36 @@ type field struct {
 	value reflect.Value
 }
 
-// structFields lists v's fields by their json names, embedded structs
-// flattened, fields tagged "-" left out.
-func structFields(v reflect.Value, out []field) []field {
-	t := v.Type()
+// fieldCache memoizes each struct type's field layout (plain and sorted),
+// as encoding/json does: hashing a database walks the same types many
+// thousands of times.
+var fieldCache sync.Map // fieldKey -> []fieldPath
+
+type fieldKey struct {
+	t      reflect.Type
+	sorted bool
+}
+
+// fieldPath is a field's json name and its index path from the struct.
+type fieldPath struct {
+	name  string
+	index []int
+}
+
+func layout(t reflect.Type, sorted bool) []fieldPath {
+	key := fieldKey{t, sorted}
+	if l, ok := fieldCache.Load(key); ok {
+		return l.([]fieldPath)
+	}
+	l := collect(t, nil, nil)
+	if sorted {
+		sort.SliceStable(l, func(i, j int) bool { return l[i].name < l[j].name })
+	}
+	fieldCache.Store(key, l)
+	return l
+}
+
+func collect(t reflect.Type, prefix []int, out []fieldPath) []fieldPath {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		if !f.IsExported() {
@@ -186,22 +213,24 @@ func structFields(v reflect.Value, out []field) []field {
 			continue
 		}
 		name, _, _ := strings.Cut(tag, ",")
+		index := append(append([]int(nil), prefix...), i)
 		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
-			out = structFields(v.Field(i), out)
+			out = collect(f.Type, index, out)
 			continue
 		}
 		if name == "" {
 			name = f.Name
 		}
-		out = append(out, field{name, v.Field(i)})
+		out = append(out, fieldPath{name, index})
 	}
 	return out
 }
 
 func writeStruct(b *bytes.Buffer, v reflect.Value, sorted bool) error {
-	fields := structFields(v, nil)
-	if sorted {
-		sort.SliceStable(fields, func(i, j int) bool { return fields[i].name < fields[j].name })
+	paths := layout(v.Type(), sorted)
+	fields := make([]field, len(paths))
+	for i, p := range paths {
+		fields[i] = field{p.name, v.FieldByIndex(p.index)}
 	}
 	b.WriteByte('{')
 	for i, f := range fields {

@@ -19,6 +19,8 @@ type Task struct {
 	Ticket             *string             `json:"ticket,omitempty"`
 	InitialState       *InitialState       `json:"initial_state,omitempty"`
 	EvaluationCriteria *EvaluationCriteria `json:"evaluation_criteria,omitempty"`
+	// UserTools limits the user's tools to these names (all when unset).
+	UserTools *[]string `json:"user_tools,omitempty"`
 }
 
 // UserScenario is what the user simulator is told.
