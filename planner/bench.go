@@ -6,6 +6,7 @@ import (
 	"evals.si/bench/bfcl"
 	"evals.si/bench/harbor"
 	"evals.si/bench/swebench"
+	"evals.si/bench/taubench"
 	"evals.si/bench/terminalbench"
 	"evals.si/checker"
 	"evals.si/dataset"
@@ -21,6 +22,8 @@ func Datasets() *dataset.Registry {
 	// BFCL_DATA_DIR is read only when a URI has no data_dir=; a server
 	// refuses such URIs before loading (server/confine.go).
 	bfcl.Register(reg, os.Getenv)
+	// TAU2_DATA_DIR likewise.
+	taubench.Register(reg, os.Getenv)
 	return reg
 }
 

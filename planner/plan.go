@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"evals.si/harness/taubench"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -208,6 +209,11 @@ func (h *Host) agentRunner(ctx context.Context, at where, pt *parts, run string,
 	var ag agent.Agent
 	noSandbox := false
 	switch {
+	case pt.external() != nil && pt.external().Python == taubench.PythonClass:
+		if ag, err = h.taubenchAgent(at, pt, pricing); err != nil {
+			return nil, err
+		}
+		noSandbox = true
 	case pt.external() != nil:
 		ext, err := h.externalAgent(ctx, at, pt.target, *pt.external(), pt.dir, pt.models, pricing)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"evals.si/access"
 	"evals.si/bench/bfcl"
+	"evals.si/bench/taubench"
 	"evals.si/dataset"
 	"evals.si/image"
 	"evals.si/spec"
@@ -62,6 +63,17 @@ func datasetFiles(d spec.Dataset) (map[string]string, error) {
 			// server's own BFCL_DATA_DIR.
 			if p = u.Query().Get(bfcl.DataDirParam); p == "" {
 				return nil, badRequest("spec.dataset.uri", "dataset.uri %q names no data_dir: on a server, give BFCL's data directory as data_dir=DIR, relative to the server's datasets_dir (the server's %s is not read)", d.URI, bfcl.DataDirEnv)
+			}
+		}
+		if u.Scheme == taubench.Scheme {
+			// taubench://DOMAIN: the files are under data_dir, and a
+			// task_file stays inside the domain's directory.
+			q := u.Query()
+			if p = q.Get(taubench.DataDirParam); p == "" {
+				return nil, badRequest("spec.dataset.uri", "dataset.uri %q names no data_dir: on a server, give tau2's data directory as data_dir=DIR, relative to the server's datasets_dir (the server's %s is not read)", d.URI, taubench.DataDirEnv)
+			}
+			if tf := q.Get(taubench.TaskFileParam); tf != "" && (path.IsAbs(tf) || strings.Contains(tf, "..")) {
+				return nil, badRequest("spec.dataset.uri", "dataset.uri %q: task_file= must name a file inside the domain's directory (no absolute path, no ..)", d.URI)
 			}
 		}
 		if p != "" {

@@ -14,6 +14,7 @@ import (
 	"evals.si/bench/harbor"
 	"evals.si/bench/importer"
 	"evals.si/bench/swebench"
+	"evals.si/bench/taubench"
 	"evals.si/bench/terminalbench"
 )
 
@@ -23,6 +24,7 @@ var benchImporters = map[string]importer.Importer{
 	harbor.Scheme:        harbor.Importer{},
 	swebench.Scheme:      swebench.Importer{},
 	bfcl.Scheme:          bfcl.Importer{Getenv: os.Getenv},
+	taubench.Scheme:      taubench.Importer{Getenv: os.Getenv},
 }
 
 // cmdDatasets is `evalsi datasets inspect URI`: how many tasks import,
