@@ -205,22 +205,8 @@ func categoryOf(u *url.URL) (string, error) {
 // dataDir is the directory data_dir= names (relative to baseDir), or
 // BFCL_DATA_DIR.
 func (im Importer) dataDir(v url.Values, baseDir string) (string, error) {
-	if v.Has(DataDirParam) {
-		d := v.Get(DataDirParam)
-		if d == "" {
-			return "", errors.New("data_dir= is empty: give BFCL's data directory, relative to the spec file or absolute")
-		}
-		if !filepath.IsAbs(d) {
-			d = filepath.Join(baseDir, d)
-		}
-		return filepath.Clean(d), nil
-	}
-	if im.Getenv != nil {
-		if d := im.Getenv(DataDirEnv); d != "" {
-			return filepath.Clean(d), nil
-		}
-	}
-	return "", errors.New("BFCL's data directory is not named: pass data_dir=DIR (relative to the spec file, or absolute) or set " + DataDirEnv + "; it is the bfcl_eval/data directory the bfcl-eval package ships (pip show -f bfcl-eval), or berkeley-function-call-leaderboard/bfcl_eval/data in a gorilla checkout")
+	return importer.DataDir(v, DataDirParam, DataDirEnv, im.Getenv, baseDir, "BFCL's data directory",
+		"it is the bfcl_eval/data directory the bfcl-eval package ships (pip show -f bfcl-eval), or berkeley-function-call-leaderboard/bfcl_eval/data in a gorilla checkout")
 }
 
 // withHint adds, to a file that cannot be opened, what the data directory

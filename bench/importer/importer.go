@@ -296,3 +296,25 @@ func SetNetwork(env *spec.Environment, mode string, hosts []string, q Query) {
 		env.SetupNetwork = "allow"
 	}
 }
+
+// DataDir is the data directory a URI names with param= (relative to
+// baseDir), else the variable env (read with getenv; nil reads nothing).
+// what names the benchmark's directory in errors; hint says where it is.
+func DataDir(v url.Values, param, env string, getenv func(string) string, baseDir, what, hint string) (string, error) {
+	if v.Has(param) {
+		d := v.Get(param)
+		if d == "" {
+			return "", fmt.Errorf("%s= is empty: give %s, relative to the spec file or absolute", param, what)
+		}
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(baseDir, d)
+		}
+		return filepath.Clean(d), nil
+	}
+	if getenv != nil {
+		if d := getenv(env); d != "" {
+			return filepath.Clean(d), nil
+		}
+	}
+	return "", fmt.Errorf("%s is not named: pass %s=DIR (relative to the spec file, or absolute) or set %s; %s", what, param, env, hint)
+}

@@ -7,7 +7,6 @@ package taubench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -147,22 +146,8 @@ func domainOf(u *url.URL) (string, error) {
 // dataDir is the directory data_dir= names (relative to baseDir), or
 // TAU2_DATA_DIR.
 func (im Importer) dataDir(v url.Values, baseDir string) (string, error) {
-	if v.Has(DataDirParam) {
-		d := v.Get(DataDirParam)
-		if d == "" {
-			return "", errors.New("data_dir= is empty: give tau2's data directory, relative to the spec file or absolute")
-		}
-		if !filepath.IsAbs(d) {
-			d = filepath.Join(baseDir, d)
-		}
-		return filepath.Clean(d), nil
-	}
-	if im.Getenv != nil {
-		if d := im.Getenv(DataDirEnv); d != "" {
-			return filepath.Clean(d), nil
-		}
-	}
-	return "", errors.New("tau2's data directory is not named: pass data_dir=DIR (relative to the spec file, or absolute) or set " + DataDirEnv + "; it is the data/ directory of a tau2-bench checkout (data/tau2/domains/<domain>/ holds each domain's database, policy and tasks)")
+	return importer.DataDir(v, DataDirParam, DataDirEnv, im.Getenv, baseDir, "tau2's data directory",
+		"it is the data/ directory of a tau2-bench checkout (data/tau2/domains/<domain>/ holds each domain's database, policy and tasks)")
 }
 
 // taskFile is the domain's tasks file: task_file= (relative to the domain

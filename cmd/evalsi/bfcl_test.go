@@ -57,9 +57,9 @@ func writeSpec(t *testing.T, s map[string]any) string {
 
 var bfclHarness = map[string]any{"external": map[string]any{"python": "evalsi_bfcl:BFCLHarness"}}
 
-// bfclVerdicts reads each trial's verdict (the harness's Check, as the
-// checker event records it) by record id.
-func bfclVerdicts(t *testing.T, db, runID string) map[string]*trajectory.Checker {
+// eventsByRecord reads every trial's events, by record id (the trials of
+// one record in order).
+func eventsByRecord(t *testing.T, db, runID string) map[string][]trajectory.Event {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, db)
@@ -71,15 +71,26 @@ func bfclVerdicts(t *testing.T, db, runID string) map[string]*trajectory.Checker
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]*trajectory.Checker{}
+	out := map[string][]trajectory.Event{}
 	for _, tr := range trials {
 		evs, err := st.Events(ctx, tr.ID, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
+		out[tr.RecordID] = append(out[tr.RecordID], evs...)
+	}
+	return out
+}
+
+// bfclVerdicts reads each trial's verdict (the harness's Check, as the
+// checker event records it) by record id.
+func bfclVerdicts(t *testing.T, db, runID string) map[string]*trajectory.Checker {
+	t.Helper()
+	out := map[string]*trajectory.Checker{}
+	for id, evs := range eventsByRecord(t, db, runID) {
 		for _, e := range evs {
 			if e.Kind == trajectory.KindChecker {
-				out[tr.RecordID] = e.Checker
+				out[id] = e.Checker
 			}
 		}
 	}

@@ -11,33 +11,8 @@ import (
 
 	"evals.si/modelserver"
 	"evals.si/spec"
-	"evals.si/store"
 	"evals.si/trajectory"
 )
-
-// trialEvents are every event of a run's trials.
-func trialEvents(t *testing.T, db, runID string) []trajectory.Event {
-	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	trials, err := st.ListTrials(ctx, runID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []trajectory.Event
-	for _, tr := range trials {
-		evs, err := st.Events(ctx, tr.ID, 0, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, evs...)
-	}
-	return out
-}
 
 var taubenchHarness = map[string]any{"external": map[string]any{"python": "evalsi_taubench:TauBenchHarness"}}
 
@@ -305,7 +280,7 @@ func TestTauBenchScriptedConversations(t *testing.T) {
 			}
 			// The user's tool call is in the trajectory, as the user's.
 			var sawUserCall bool
-			for _, e := range trialEvents(t, db, s.RunID) {
+			for _, e := range eventsByRecord(t, db, s.RunID)[id] {
 				if e.Kind == trajectory.KindMessage && e.Message.Role == trajectory.RoleUser && len(e.Message.ToolCalls) == 1 && e.Message.ToolCalls[0].Name == "toggle_roaming" {
 					sawUserCall = true
 				}
