@@ -8,6 +8,7 @@ import (
 
 	"evals.si/harness/taubench/domain"
 	"evals.si/harness/taubench/pyjson"
+	"evals.si/harness/taubench/pyvalue"
 )
 
 // The writing tools: booking, and changing a reservation's flights,
@@ -55,9 +56,9 @@ func flightInfos(raw json.RawMessage) (infos []flightInfo, attrErr, err error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		ve := validationError{model: "FlightInfo"}
+		ve := pyvalue.ValidationError{Model: "FlightInfo"}
 		fi := flightInfo{number: f.str(&ve, "", "flight_number"), date: f.str(&ve, "", "date")}
-		if err := ve.err(); err != nil {
+		if err := ve.Err(); err != nil {
 			return nil, nil, err
 		}
 		infos = append(infos, fi)
@@ -65,12 +66,12 @@ func flightInfos(raw json.RawMessage) (infos []flightInfo, attrErr, err error) {
 	return infos, nil, nil
 }
 
-func passenger(ve *validationError, prefix string, raw json.RawMessage) Passenger {
+func passenger(ve *pyvalue.ValidationError, prefix string, raw json.RawMessage) Passenger {
 	f, _ := newFields(raw)
 	return Passenger{FirstName: f.str(ve, prefix, "first_name"), LastName: f.str(ve, prefix, "last_name"), DOB: f.str(ve, prefix, "dob")}
 }
 
-func payment(ve *validationError, prefix string, raw json.RawMessage) Payment {
+func payment(ve *pyvalue.ValidationError, prefix string, raw json.RawMessage) Payment {
 	f, _ := newFields(raw)
 	return Payment{PaymentID: f.str(ve, prefix, "payment_id"), Amount: f.integer(ve, prefix, "amount")}
 }
@@ -84,7 +85,7 @@ type modelList[T any] struct {
 	allDicts  bool
 }
 
-func convertList[T any](raw json.RawMessage, name, model string, conv func(*validationError, string, json.RawMessage) T) (modelList[T], error) {
+func convertList[T any](raw json.RawMessage, name, model string, conv func(*pyvalue.ValidationError, string, json.RawMessage) T) (modelList[T], error) {
 	items, allDicts, err := listArg(raw, name)
 	if err != nil {
 		return modelList[T]{}, err
@@ -92,9 +93,9 @@ func convertList[T any](raw json.RawMessage, name, model string, conv func(*vali
 	l := modelList[T]{items: items, allDicts: allDicts}
 	if allDicts {
 		for _, it := range items {
-			ve := validationError{model: model}
+			ve := pyvalue.ValidationError{Model: model}
 			v := conv(&ve, "", it)
-			if err := ve.err(); err != nil {
+			if err := ve.Err(); err != nil {
 				return modelList[T]{}, err
 			}
 			l.converted = append(l.converted, v)
@@ -105,7 +106,7 @@ func convertList[T any](raw json.RawMessage, name, model string, conv func(*vali
 
 // validate is the list validated as a model's field: dicts become
 // instances, anything else is an error.
-func (l modelList[T]) validate(ve *validationError, field, model string, conv func(*validationError, string, json.RawMessage) T) []T {
+func (l modelList[T]) validate(ve *pyvalue.ValidationError, field, model string, conv func(*pyvalue.ValidationError, string, json.RawMessage) T) []T {
 	if l.allDicts {
 		return append([]T{}, l.converted...)
 	}
@@ -113,7 +114,7 @@ func (l modelList[T]) validate(ve *validationError, field, model string, conv fu
 	for i, it := range l.items {
 		loc := field + "." + strconv.Itoa(i)
 		if kind(it) != "dict" {
-			ve.add(loc, "model_type", "Input should be a valid dictionary or instance of "+model, it)
+			ve.Add(loc, "model_type", "Input should be a valid dictionary or instance of "+model, value(it))
 			continue
 		}
 		out = append(out, conv(ve, loc+".", it))
@@ -157,23 +158,23 @@ func (t *Tools) bookReservation(a domain.Args) (any, error) {
 		return nil, err
 	}
 
-	ve := validationError{model: "Reservation"}
+	ve := pyvalue.ValidationError{Model: "Reservation"}
 	res := &Reservation{
 		ReservationID:   id,
 		UserID:          user.UserID,
-		Origin:          validStr(&ve, "origin", a["origin"]),
-		Destination:     validStr(&ve, "destination", a["destination"]),
-		FlightType:      literal(&ve, "flight_type", a["flight_type"], "round_trip", "one_way"),
-		Cabin:           literal(&ve, "cabin", a["cabin"], "business", "economy", "basic_economy"),
+		Origin:          ve.Str("origin", value(a["origin"])),
+		Destination:     ve.Str("destination", value(a["destination"])),
+		FlightType:      ve.Literal("flight_type", value(a["flight_type"]), "round_trip", "one_way"),
+		Cabin:           ve.Literal("cabin", value(a["cabin"]), "business", "economy", "basic_economy"),
 		Flights:         []ReservationFlight{},
 		Passengers:      passengers.validate(&ve, "passengers", "Passenger", passenger),
 		PaymentHistory:  payments.validate(&ve, "payment_history", "Payment", payment),
 		CreatedAt:       now,
-		TotalBaggages:   validInt(&ve, "total_baggages", a["total_baggages"]),
-		NonfreeBaggages: validInt(&ve, "nonfree_baggages", a["nonfree_baggages"]),
-		Insurance:       literal(&ve, "insurance", a["insurance"], "yes", "no"),
+		TotalBaggages:   ve.Int("total_baggages", value(a["total_baggages"])),
+		NonfreeBaggages: ve.Int("nonfree_baggages", value(a["nonfree_baggages"])),
+		Insurance:       ve.Literal("insurance", value(a["insurance"]), "yes", "no"),
 	}
-	if err := ve.err(); err != nil {
+	if err := ve.Err(); err != nil {
 		return nil, err
 	}
 	n := len(res.Passengers)
@@ -250,7 +251,7 @@ func (t *Tools) bookReservation(a domain.Args) (any, error) {
 	for _, p := range res.PaymentHistory {
 		m, ok := user.PaymentMethods.Get(p.PaymentID)
 		if !ok {
-			return nil, errors.New(strRepr(p.PaymentID))
+			return nil, errors.New(pyvalue.StrRepr(p.PaymentID))
 		}
 		switch m := m.(type) {
 		case *GiftCard:

@@ -10,6 +10,7 @@ import (
 	"evals.si/harness/taubench/domain"
 	"evals.si/harness/taubench/pycalc"
 	"evals.si/harness/taubench/pyjson"
+	"evals.si/harness/taubench/pyvalue"
 )
 
 // Tools is tau2's AirlineTools over one database.
@@ -79,17 +80,9 @@ func (t *Tools) Funcs() []domain.Func {
 	}
 }
 
-// dictKey is a JSON value used as a Python dict key: a string may be
-// there; any other scalar is hashable but never a key of these
-// string-keyed dicts; a list or an object cannot be a key at all.
+// dictKey is a JSON value used as a key of a str-keyed dict.
 func dictKey(raw json.RawMessage) (key string, isStr bool, err error) {
-	switch k := kind(raw); k {
-	case "str":
-		return pyStr(raw), true, nil
-	case "list", "dict":
-		return "", false, fmt.Errorf("unhashable type: '%s'", k)
-	}
-	return "", false, nil
+	return pyvalue.StrKey(value(raw))
 }
 
 // lookup is d[raw] guarded by "raw in d", with notFound's error.
@@ -256,7 +249,7 @@ func (t *Tools) searchOnestopFlight(a domain.Args) (any, error) {
 func pyInt(s string) (int, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(s))
 	if err != nil {
-		return 0, fmt.Errorf("invalid literal for int() with base 10: %s", strRepr(s))
+		return 0, fmt.Errorf("invalid literal for int() with base 10: %s", pyvalue.StrRepr(s))
 	}
 	return n, nil
 }
@@ -286,10 +279,10 @@ func (t *Tools) sendCertificate(a domain.Args) (any, error) {
 		if u.PaymentMethods.Has(id) {
 			continue
 		}
-		var ve validationError
-		ve.model = "Certificate"
-		amount := validFloat(&ve, "amount", raw)
-		if err := ve.err(); err != nil {
+		var ve pyvalue.ValidationError
+		ve.Model = "Certificate"
+		amount := ve.Float("amount", value(raw))
+		if err := ve.Err(); err != nil {
 			return nil, err
 		}
 		u.PaymentMethods.Set(id, &Certificate{Source: "certificate", ID: id, Amount: amount})

@@ -7,6 +7,7 @@ import (
 	"reflect"
 
 	"evals.si/harness/taubench/pyjson"
+	"evals.si/harness/taubench/pyvalue"
 )
 
 // Merge is tau2's update_pydantic_model_with_dict, which update_db uses:
@@ -20,13 +21,13 @@ func Merge(db any, patch json.RawMessage) error {
 	if err != nil {
 		return fmt.Errorf("updating the database: %w", err)
 	}
-	base, err := decodeOrdered(cur)
+	base, err := pyvalue.Ordered(cur)
 	if err != nil {
 		return fmt.Errorf("updating the database: %w", err)
 	}
-	upd, err := decodeOrdered(patch)
+	upd, err := pyvalue.Ordered(patch)
 	if err != nil {
-		return fmt.Errorf("updating the database: the update is not JSON: %w", err)
+		return fmt.Errorf("updating the database: the update is %w", err)
 	}
 	bd, ok1 := base.(*pyjson.Dict[any])
 	ud, ok2 := upd.(*pyjson.Dict[any])
@@ -73,53 +74,4 @@ func DecodeStrict(data []byte, v any) error {
 		return fmt.Errorf("trailing data after the JSON value")
 	}
 	return nil
-}
-
-// decodeOrdered decodes JSON keeping object key order: objects become
-// *pyjson.Dict[any], numbers json.Number.
-func decodeOrdered(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	return readValue(dec)
-}
-
-func readValue(dec *json.Decoder) (any, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			d := &pyjson.Dict[any]{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				v, err := readValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				d.Set(kt.(string), v)
-			}
-			_, err := dec.Token()
-			return d, err
-		case '[':
-			out := []any{}
-			for dec.More() {
-				v, err := readValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, v)
-			}
-			_, err := dec.Token()
-			return out, err
-		}
-		return nil, fmt.Errorf("unexpected %v", t)
-	default:
-		return t, nil
-	}
 }

@@ -9,6 +9,7 @@ import (
 	"evals.si/harness/taubench/domain"
 	"evals.si/harness/taubench/pycalc"
 	"evals.si/harness/taubench/pyjson"
+	"evals.si/harness/taubench/pyvalue"
 )
 
 // The tools that change orders. Each checks in tau2's order and writes
@@ -28,7 +29,7 @@ func (t *Tools) cancelPendingOrder(a domain.Args) (any, error) {
 	if o.Status != "pending" {
 		return nil, errors.New("Non-pending order cannot be cancelled")
 	}
-	reason, ok, err := dictKey(v[1]) // `reason not in {...}`
+	reason, ok, err := pyvalue.StrKey(v[1]) // `reason not in {...}`
 	if err != nil {
 		return nil, err
 	}
@@ -59,11 +60,11 @@ func (t *Tools) cancelPendingOrder(a domain.Args) (any, error) {
 // checkItems is the check the item tools share: each id of itemIDs must
 // be in the order at least as many times as in the list. A non-string
 // never is; msg formats the error from the id's str().
-func checkItems(o *Order, itemIDs []pyValue, msg func(id string) string) error {
+func checkItems(o *Order, itemIDs []any, msg func(id string) string) error {
 	for _, e := range itemIDs {
 		s, ok := e.(string)
 		if !ok {
-			return errors.New(msg(pyStr(e)))
+			return errors.New(msg(pyvalue.Str(e)))
 		}
 		have := 0
 		for _, it := range o.Items {
@@ -79,7 +80,7 @@ func checkItems(o *Order, itemIDs []pyValue, msg func(id string) string) error {
 }
 
 // sameLength is the `len(item_ids) != len(new_item_ids)` check.
-func sameLength(itemIDs, newItemIDs pyValue, msg string) error {
+func sameLength(itemIDs, newItemIDs any, msg string) error {
 	n, err := pyLen(itemIDs)
 	if err != nil {
 		return err
@@ -135,7 +136,7 @@ func (t *Tools) exchangeDeliveredOrderItems(a domain.Args) (any, error) {
 			return nil, err
 		}
 		if !nv.Available {
-			return nil, fmt.Errorf("New item %s not found or available", pyStr(newItems[i]))
+			return nil, fmt.Errorf("New item %s not found or available", pyvalue.Str(newItems[i]))
 		}
 		sum += nv.Price - it.Price
 		diff = sum
@@ -160,7 +161,7 @@ func (t *Tools) exchangeDeliveredOrderItems(a domain.Args) (any, error) {
 }
 
 func (t *Tools) modifyPendingOrderAddress(a domain.Args) (any, error) {
-	v, err := arg(a, "order_id")
+	v, err := pyvalue.Arg(a, "order_id")
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +222,7 @@ func (t *Tools) modifyPendingOrderItems(a domain.Args) (any, error) {
 			return nil, err
 		}
 		if !nv.Available {
-			return nil, fmt.Errorf("New item %s not found or available", pyStr(newItems[i]))
+			return nil, fmt.Errorf("New item %s not found or available", pyvalue.Str(newItems[i]))
 		}
 		diff += nv.Price - it.Price
 	}

@@ -11,6 +11,7 @@ import (
 	"evals.si/harness/taubench/domain"
 	"evals.si/harness/taubench/pycalc"
 	"evals.si/harness/taubench/pyjson"
+	"evals.si/harness/taubench/pyvalue"
 )
 
 // toolsJSON is tau2's description of the retail tools, recorded by
@@ -80,10 +81,10 @@ func (t *Tools) Funcs() []domain.Func {
 }
 
 // args decodes the named arguments, in order.
-func args(a domain.Args, names ...string) ([]pyValue, error) {
-	out := make([]pyValue, len(names))
+func args(a domain.Args, names ...string) ([]any, error) {
+	out := make([]any, len(names))
 	for i, n := range names {
-		v, err := arg(a, n)
+		v, err := pyvalue.Arg(a, n)
 		if err != nil {
 			return nil, err
 		}
@@ -95,8 +96,8 @@ func args(a domain.Args, names ...string) ([]pyValue, error) {
 // The lookups: tau2's _get_order, _get_user, _get_product, _get_item,
 // _get_variant and _get_payment_method, with an id as the call gave it.
 
-func (t *Tools) order(id pyValue) (*Order, error) {
-	k, ok, err := dictKey(id)
+func (t *Tools) order(id any) (*Order, error) {
+	k, ok, err := pyvalue.StrKey(id)
 	if err != nil {
 		return nil, err
 	}
@@ -107,8 +108,8 @@ func (t *Tools) order(id pyValue) (*Order, error) {
 	return o, nil
 }
 
-func (t *Tools) user(id pyValue) (*User, error) {
-	k, ok, err := dictKey(id)
+func (t *Tools) user(id any) (*User, error) {
+	k, ok, err := pyvalue.StrKey(id)
 	if err != nil {
 		return nil, err
 	}
@@ -119,8 +120,8 @@ func (t *Tools) user(id pyValue) (*User, error) {
 	return u, nil
 }
 
-func (t *Tools) product(id pyValue) (*Product, error) {
-	k, ok, err := dictKey(id)
+func (t *Tools) product(id any) (*Product, error) {
+	k, ok, err := pyvalue.StrKey(id)
 	if err != nil {
 		return nil, err
 	}
@@ -131,8 +132,8 @@ func (t *Tools) product(id pyValue) (*Product, error) {
 	return p, nil
 }
 
-func (t *Tools) item(id pyValue) (*Variant, error) {
-	k, ok, err := dictKey(id)
+func (t *Tools) item(id any) (*Variant, error) {
+	k, ok, err := pyvalue.StrKey(id)
 	for _, p := range t.db.Products.Values() {
 		if err != nil {
 			return nil, err // raised by the first `in`
@@ -144,12 +145,12 @@ func (t *Tools) item(id pyValue) (*Variant, error) {
 	return nil, errors.New("Item not found")
 }
 
-func (t *Tools) variant(productID string, id pyValue) (*Variant, error) {
+func (t *Tools) variant(productID string, id any) (*Variant, error) {
 	p, err := t.product(productID)
 	if err != nil {
 		return nil, err
 	}
-	k, ok, err := dictKey(id)
+	k, ok, err := pyvalue.StrKey(id)
 	if err != nil {
 		return nil, err
 	}
@@ -160,12 +161,12 @@ func (t *Tools) variant(productID string, id pyValue) (*Variant, error) {
 	return v, nil
 }
 
-func (t *Tools) paymentMethod(userID string, id pyValue) (PaymentMethod, string, error) {
+func (t *Tools) paymentMethod(userID string, id any) (PaymentMethod, string, error) {
 	u, err := t.user(userID)
 	if err != nil {
 		return nil, "", err
 	}
-	k, ok, err := dictKey(id)
+	k, ok, err := pyvalue.StrKey(id)
 	if err != nil {
 		return nil, "", err
 	}
@@ -187,7 +188,7 @@ func firstItem(o *Order, itemID string) *OrderItem {
 }
 
 func (t *Tools) calculate(a domain.Args) (any, error) {
-	v, err := arg(a, "expression")
+	v, err := pyvalue.Arg(a, "expression")
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +210,7 @@ func (t *Tools) calculate(a domain.Args) (any, error) {
 		for _, e := range elems {
 			s, ok := e.(string)
 			if !ok {
-				return nil, fmt.Errorf("'in <string>' requires string as left operand, not %s", pyType(e))
+				return nil, fmt.Errorf("'in <string>' requires string as left operand, not %s", pyvalue.Type(e))
 			}
 			if !strings.Contains("0123456789+-*/(). ", s) {
 				return nil, errors.New("Invalid characters in expression")
@@ -217,7 +218,7 @@ func (t *Tools) calculate(a domain.Args) (any, error) {
 		}
 		return nil, errors.New("eval() arg 1 must be a string, bytes or code object")
 	}
-	return nil, fmt.Errorf("'%s' object is not iterable", pyType(v))
+	return nil, fmt.Errorf("'%s' object is not iterable", pyvalue.Type(v))
 }
 
 func (t *Tools) findUserIDByNameZip(a domain.Args) (any, error) {
@@ -249,7 +250,7 @@ func (t *Tools) findUserIDByNameZip(a domain.Args) (any, error) {
 }
 
 func (t *Tools) findUserIDByEmail(a domain.Args) (any, error) {
-	v, err := arg(a, "email")
+	v, err := pyvalue.Arg(a, "email")
 	if err != nil {
 		return nil, err
 	}
@@ -267,16 +268,16 @@ func (t *Tools) findUserIDByEmail(a domain.Args) (any, error) {
 }
 
 // lower is v.lower().
-func lower(v pyValue) (string, error) {
+func lower(v any) (string, error) {
 	s, ok := v.(string)
 	if !ok {
-		return "", fmt.Errorf("'%s' object has no attribute 'lower'", pyType(v))
+		return "", fmt.Errorf("'%s' object has no attribute 'lower'", pyvalue.Type(v))
 	}
 	return strings.ToLower(s), nil
 }
 
 func (t *Tools) getOrderDetails(a domain.Args) (any, error) {
-	v, err := arg(a, "order_id")
+	v, err := pyvalue.Arg(a, "order_id")
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +285,7 @@ func (t *Tools) getOrderDetails(a domain.Args) (any, error) {
 }
 
 func (t *Tools) getProductDetails(a domain.Args) (any, error) {
-	v, err := arg(a, "product_id")
+	v, err := pyvalue.Arg(a, "product_id")
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +293,7 @@ func (t *Tools) getProductDetails(a domain.Args) (any, error) {
 }
 
 func (t *Tools) getItemDetails(a domain.Args) (any, error) {
-	v, err := arg(a, "item_id")
+	v, err := pyvalue.Arg(a, "item_id")
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +301,7 @@ func (t *Tools) getItemDetails(a domain.Args) (any, error) {
 }
 
 func (t *Tools) getUserDetails(a domain.Args) (any, error) {
-	v, err := arg(a, "user_id")
+	v, err := pyvalue.Arg(a, "user_id")
 	if err != nil {
 		return nil, err
 	}
@@ -331,27 +332,28 @@ func newAddress(a domain.Args) (UserAddress, error) {
 		{"address1", &addr.Address1}, {"address2", &addr.Address2}, {"city", &addr.City},
 		{"country", &addr.Country}, {"state", &addr.State}, {"zip", &addr.Zip},
 	}
-	var errs []*fieldError
+	ve := pyvalue.ValidationError{Model: "UserAddress"}
 	for _, f := range fields {
-		v, err := arg(a, f.name)
+		v, err := pyvalue.Arg(a, f.name)
 		if err != nil {
 			return addr, err
 		}
-		s, ferr := strictStr(f.name, v)
-		if ferr != nil {
-			errs = append(errs, ferr)
+		// A str field is strict here: only a string validates.
+		s, ok := v.(string)
+		if !ok {
+			ve.Add(f.name, "string_type", "Input should be a valid string", v)
 			continue
 		}
 		*f.dst = s
 	}
-	if len(errs) > 0 {
-		return addr, validationError("UserAddress", errs)
+	if err := ve.Err(); err != nil {
+		return addr, err
 	}
 	return addr, nil
 }
 
 func (t *Tools) modifyUserAddress(a domain.Args) (any, error) {
-	v, err := arg(a, "user_id")
+	v, err := pyvalue.Arg(a, "user_id")
 	if err != nil {
 		return nil, err
 	}
@@ -369,7 +371,7 @@ func (t *Tools) modifyUserAddress(a domain.Args) (any, error) {
 
 // sortedStrings is sorted(list) for a list whose elements are known to
 // be strings.
-func sortedStrings(list []pyValue) *[]string {
+func sortedStrings(list []any) *[]string {
 	out := make([]string, len(list))
 	for i, e := range list {
 		out[i], _ = e.(string)

@@ -1,16 +1,13 @@
 package telecom
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
-	"strconv"
-	"strings"
-	"unicode"
+	"math/big"
 
 	"evals.si/harness/taubench/domain"
 	"evals.si/harness/taubench/pyjson"
+	"evals.si/harness/taubench/pyvalue"
 )
 
 // tau2's tools take whatever JSON the model sends: an id that is not a
@@ -92,20 +89,18 @@ func argOf(a domain.Args, name string) (argValue, error) {
 	}
 	v, err := parseArg(raw)
 	if err != nil {
-		return argValue{}, fmt.Errorf("argument %s: %w", name, err)
+		return argValue{}, fmt.Errorf("argument %s: %s: %w", name, raw, err)
 	}
 	return v, nil
 }
 
 // parseArg reads a JSON value as json.loads would into Python.
 func parseArg(raw json.RawMessage) (argValue, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	x, err := readArgJSON(dec)
+	x, err := pyvalue.Parse(raw)
 	if err != nil {
-		return argValue{}, fmt.Errorf("not JSON: %s", raw)
+		return argValue{}, err
 	}
-	v := argValue{text: argStr(x, false)}
+	v := argValue{text: pyvalue.Str(x)}
 	switch x := x.(type) {
 	case nil:
 		v.kind = kindNone
@@ -114,12 +109,11 @@ func parseArg(raw json.RawMessage) (argValue, error) {
 		if x {
 			v.num = 1
 		}
-	case json.Number:
-		v.kind = kindFloat
-		if isIntText(string(x)) {
-			v.kind = kindInt
-		}
-		v.num, _ = strconv.ParseFloat(string(x), 64)
+	case *big.Int:
+		v.kind = kindInt
+		v.num, _ = new(big.Float).SetInt(x).Float64()
+	case float64:
+		v.kind, v.num = kindFloat, x
 	case string:
 		v.kind, v.s = kindStr, x
 	case []any:
@@ -128,135 +122,6 @@ func parseArg(raw json.RawMessage) (argValue, error) {
 		v.kind = kindDict
 	}
 	return v, nil
-}
-
-func isIntText(s string) bool { return !strings.ContainsAny(s, ".eE") }
-
-// readArgJSON decodes a JSON value keeping object key order, as a Python
-// dict would.
-func readArgJSON(dec *json.Decoder) (any, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			d := &pyjson.Dict[any]{}
-			for dec.More() {
-				k, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				v, err := readArgJSON(dec)
-				if err != nil {
-					return nil, err
-				}
-				d.Set(k.(string), v)
-			}
-			_, err := dec.Token()
-			return d, err
-		case '[':
-			list := []any{}
-			for dec.More() {
-				v, err := readArgJSON(dec)
-				if err != nil {
-					return nil, err
-				}
-				list = append(list, v)
-			}
-			_, err := dec.Token()
-			return list, err
-		}
-		return nil, fmt.Errorf("unexpected %v", t)
-	}
-	return tok, nil
-}
-
-// argStr is str(x) (repr(x) when repr is set, as inside a list or dict)
-// of a value readArgJSON gave.
-func argStr(x any, repr bool) string {
-	switch x := x.(type) {
-	case nil:
-		return "None"
-	case bool:
-		if x {
-			return "True"
-		}
-		return "False"
-	case json.Number:
-		s := string(x)
-		if isIntText(s) {
-			if strings.TrimLeft(s, "-0") == "" {
-				return "0"
-			}
-			return s
-		}
-		f, _ := strconv.ParseFloat(s, 64)
-		switch {
-		case math.IsInf(f, 1):
-			return "inf"
-		case math.IsInf(f, -1):
-			return "-inf"
-		}
-		return pyjson.FloatRepr(f)
-	case string:
-		if repr {
-			return argRepr(x)
-		}
-		return x
-	case []any:
-		parts := make([]string, len(x))
-		for i, e := range x {
-			parts[i] = argStr(e, true)
-		}
-		return "[" + strings.Join(parts, ", ") + "]"
-	case *pyjson.Dict[any]:
-		parts := make([]string, 0, x.Len())
-		for _, k := range x.Keys() {
-			e, _ := x.Get(k)
-			parts = append(parts, argRepr(k)+": "+argStr(e, true))
-		}
-		return "{" + strings.Join(parts, ", ") + "}"
-	}
-	return fmt.Sprint(x)
-}
-
-// argRepr is repr(s) of a Python str: single quotes unless the string has
-// a single quote and no double one; non-printable characters escaped.
-func argRepr(s string) string {
-	q := byte('\'')
-	if strings.ContainsRune(s, '\'') && !strings.ContainsRune(s, '"') {
-		q = '"'
-	}
-	var b strings.Builder
-	b.WriteByte(q)
-	for _, r := range s {
-		switch {
-		case r == rune(q) || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case r < 0x7f || unicode.IsPrint(r):
-			b.WriteRune(r)
-		case r <= 0xff:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case r <= 0xffff:
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			fmt.Fprintf(&b, `\U%08x`, r)
-		}
-	}
-	b.WriteByte(q)
-	return b.String()
 }
 
 // noAttributeError is Python's AttributeError text for calling a str method

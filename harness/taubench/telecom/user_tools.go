@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"evals.si/harness/taubench/domain"
+	"evals.si/harness/taubench/pyvalue"
 )
 
 // UserTools is the user's toolkit over their phone (tau2's
@@ -287,7 +288,7 @@ func (t *UserTools) checkNetworkModePreference() string {
 }
 
 func (t *UserTools) setNetworkModePreference(a domain.Args) (any, error) {
-	mode, err := pyArg(a, "mode")
+	mode, err := pyvalue.Arg(a, "mode")
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +296,7 @@ func (t *UserTools) setNetworkModePreference(a domain.Args) (any, error) {
 	if !ok {
 		// tau2 stores the value unchecked, then fails reading its .value;
 		// the port refuses it without storing it (see the package doc).
-		return nil, fmt.Errorf("'%s' object has no attribute 'value'", pyTypeName(mode))
+		return nil, fmt.Errorf("'%s' object has no attribute 'value'", pyvalue.Type(mode))
 	}
 	for _, m := range modePreferences() {
 		if string(m) == s {
@@ -512,7 +513,7 @@ func (t *UserTools) unseatSimCard() string {
 }
 
 func (t *UserTools) lockSimCard(a domain.Args) (any, error) {
-	mode, err := pyArg(a, "mode")
+	mode, err := pyvalue.Arg(a, "mode")
 	if err != nil {
 		return nil, err
 	}
@@ -523,7 +524,7 @@ func (t *UserTools) lockSimCard(a domain.Args) (any, error) {
 		t.phone().SimCardStatus = SimLockedPUK
 	}
 	t.simulateNetworkSearch()
-	return fmt.Sprintf("SIM card locked successfully in %s mode.", pyStr(mode)), nil
+	return fmt.Sprintf("SIM card locked successfully in %s mode.", pyvalue.Str(mode)), nil
 }
 
 // --- Mobile data and roaming ---

@@ -7,6 +7,7 @@ import (
 
 	"evals.si/harness/taubench/domain"
 	"evals.si/harness/taubench/pyjson"
+	"evals.si/harness/taubench/pyvalue"
 )
 
 // The user's tools over APN, Wi-Fi, VPN, apps, MMS, the device itself and
@@ -25,7 +26,7 @@ func (t *UserTools) checkAPNSettings() string {
 }
 
 func (t *UserTools) setAPNSettings(a domain.Args) (any, error) {
-	v, err := pyArg(a, "apn_settings")
+	v, err := pyvalue.Arg(a, "apn_settings")
 	if err != nil {
 		return nil, err
 	}
@@ -33,7 +34,7 @@ func (t *UserTools) setAPNSettings(a domain.Args) (any, error) {
 	if !ok {
 		// tau2 stores a non-dict unchecked as the settings and then fails
 		// reading its .apn_name; the port refuses it without storing it.
-		return nil, fmt.Errorf("'%s' object has no attribute 'apn_name'", pyTypeName(v))
+		return nil, fmt.Errorf("'%s' object has no attribute 'apn_name'", pyvalue.Type(v))
 	}
 	s, err := validateAPNSettings(d)
 	if err != nil {
@@ -125,7 +126,7 @@ func (t *UserTools) checkVPNStatus() string {
 		// str() of model_dump(): a dict whose enum member shows as its repr.
 		perf := string(d.ServerPerformance)
 		return fmt.Sprintf("VPN is ON and connected. Details: {'server_address': %s, 'protocol': %s, 'server_performance': <PerformanceLevel.%s: %s>}",
-			optRepr(d.ServerAddress), optRepr(d.Protocol), strings.ToUpper(perf), pyReprString(perf))
+			optRepr(d.ServerAddress), optRepr(d.Protocol), strings.ToUpper(perf), pyvalue.StrRepr(perf))
 	case p.VpnConnected:
 		return "VPN is ON and connected (no specific details available)."
 	case p.VpnEnabledSetting:
@@ -139,7 +140,7 @@ func optRepr(s *string) string {
 	if s == nil {
 		return "None"
 	}
-	return pyReprString(*s)
+	return pyvalue.StrRepr(*s)
 }
 
 func (t *UserTools) connectVPNTool() string {
@@ -197,7 +198,7 @@ func (t *UserTools) checkInstalledApps() string {
 // app looks up the app called name (any JSON value, as Python's dict.get
 // sees it).
 func (t *UserTools) app(name any) (*AppStatus, error) {
-	if err := pyHashable(name); err != nil {
+	if err := pyvalue.Unhashable(name); err != nil {
 		return nil, err
 	}
 	s, ok := name.(string)
@@ -209,7 +210,7 @@ func (t *UserTools) app(name any) (*AppStatus, error) {
 }
 
 func (t *UserTools) checkAppStatus(a domain.Args) (any, error) {
-	name, err := pyArg(a, "app_name")
+	name, err := pyvalue.Arg(a, "app_name")
 	if err != nil {
 		return nil, err
 	}
@@ -218,9 +219,9 @@ func (t *UserTools) checkAppStatus(a domain.Args) (any, error) {
 		return nil, err
 	}
 	if app == nil {
-		return fmt.Sprintf("App '%s' not found on this phone.", pyStr(name)), nil
+		return fmt.Sprintf("App '%s' not found on this phone.", pyvalue.Str(name)), nil
 	}
-	lines := []string{"Status for App: " + pyStr(name)}
+	lines := []string{"Status for App: " + pyvalue.Str(name)}
 	if perms := app.Permissions.granted(); len(perms) == 0 {
 		lines = append(lines, " - Permissions: None granted.")
 	} else {
@@ -233,7 +234,7 @@ func (t *UserTools) checkAppStatus(a domain.Args) (any, error) {
 }
 
 func (t *UserTools) checkAppPermissions(a domain.Args) (any, error) {
-	name, err := pyArg(a, "app_name")
+	name, err := pyvalue.Arg(a, "app_name")
 	if err != nil {
 		return nil, err
 	}
@@ -242,22 +243,22 @@ func (t *UserTools) checkAppPermissions(a domain.Args) (any, error) {
 		return nil, err
 	}
 	if app == nil {
-		return fmt.Sprintf("App '%s' not found on this phone.", pyStr(name)), nil
+		return fmt.Sprintf("App '%s' not found on this phone.", pyvalue.Str(name)), nil
 	}
 	perms := app.Permissions.granted()
 	if len(perms) == 0 {
-		return fmt.Sprintf("App '%s' currently has no permissions granted.", pyStr(name)), nil
+		return fmt.Sprintf("App '%s' currently has no permissions granted.", pyvalue.Str(name)), nil
 	}
-	return fmt.Sprintf("App '%s' has permission for: %s.", pyStr(name), strings.Join(perms, ", ")), nil
+	return fmt.Sprintf("App '%s' has permission for: %s.", pyvalue.Str(name), strings.Join(perms, ", ")), nil
 }
 
 // appPermissionArgs reads app_name and permission as tau2 does: the app
 // looked up first, then the permission lowercased.
 func (t *UserTools) appPermissionArgs(a domain.Args) (app *AppStatus, name any, perm string, err error) {
-	if name, err = pyArg(a, "app_name"); err != nil {
+	if name, err = pyvalue.Arg(a, "app_name"); err != nil {
 		return nil, nil, "", err
 	}
-	pv, err := pyArg(a, "permission")
+	pv, err := pyvalue.Arg(a, "permission")
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -266,7 +267,7 @@ func (t *UserTools) appPermissionArgs(a domain.Args) (app *AppStatus, name any, 
 	}
 	s, ok := pv.(string)
 	if !ok {
-		return nil, nil, "", fmt.Errorf("'%s' object has no attribute 'lower'", pyTypeName(pv))
+		return nil, nil, "", fmt.Errorf("'%s' object has no attribute 'lower'", pyvalue.Type(pv))
 	}
 	return app, name, strings.ToLower(s), nil
 }
@@ -279,17 +280,17 @@ func (t *UserTools) grantAppPermission(a domain.Args) (any, error) {
 	var msg string
 	switch {
 	case app == nil:
-		msg = fmt.Sprintf("Error. App '%s' not found. Cannot grant permission.", pyStr(name))
+		msg = fmt.Sprintf("Error. App '%s' not found. Cannot grant permission.", pyvalue.Str(name))
 	case app.Permissions.field(perm) == nil:
 		quoted := make([]string, 0, 4)
 		for _, n := range permissionNames() {
 			quoted = append(quoted, "'"+n+"'")
 		}
 		msg = fmt.Sprintf("Error. Permission '%s' not tracked for app '%s', available permissions: [%s]",
-			perm, pyStr(name), strings.Join(quoted, ", "))
+			perm, pyvalue.Str(name), strings.Join(quoted, ", "))
 	default:
 		*app.Permissions.field(perm) = true
-		msg = fmt.Sprintf("Success. Permission '%s' granted to app '%s'.", perm, pyStr(name))
+		msg = fmt.Sprintf("Success. Permission '%s' granted to app '%s'.", perm, pyvalue.Str(name))
 	}
 	return t.withStatusBar(msg), nil
 }
@@ -302,12 +303,12 @@ func (t *UserTools) removeAppPermission(a domain.Args) (any, error) {
 	}
 	switch {
 	case app == nil:
-		return []any{false, fmt.Sprintf("App '%s' not found. Cannot remove permission.", pyStr(name))}, nil
+		return []any{false, fmt.Sprintf("App '%s' not found. Cannot remove permission.", pyvalue.Str(name))}, nil
 	case app.Permissions.field(perm) == nil:
-		return []any{false, fmt.Sprintf("Permission '%s' not tracked for app '%s'.", perm, pyStr(name))}, nil
+		return []any{false, fmt.Sprintf("Permission '%s' not tracked for app '%s'.", perm, pyvalue.Str(name))}, nil
 	}
 	*app.Permissions.field(perm) = false
-	return []any{true, fmt.Sprintf("Permission '%s' removed from app '%s'.", perm, pyStr(name))}, nil
+	return []any{true, fmt.Sprintf("Permission '%s' removed from app '%s'.", perm, pyvalue.Str(name))}, nil
 }
 
 // --- MMS ---
@@ -372,7 +373,7 @@ func (t *UserTools) makePayment() string {
 // --- Assertions ---
 
 func (t *UserTools) assertServiceStatus(a domain.Args) (any, error) {
-	v, err := pyArg(a, "expected_status")
+	v, err := pyvalue.Arg(a, "expected_status")
 	if err != nil {
 		return nil, err
 	}
@@ -383,11 +384,11 @@ func (t *UserTools) assertServiceStatus(a domain.Args) (any, error) {
 			}
 		}
 	}
-	return nil, fmt.Errorf("%s is not a valid NetworkStatus", pyRepr(v))
+	return nil, fmt.Errorf("%s is not a valid NetworkStatus", pyvalue.Repr(v))
 }
 
 func (t *UserTools) assertInternetSpeed(a domain.Args) (any, error) {
-	want, err := pyArg(a, "expected_speed")
+	want, err := pyvalue.Arg(a, "expected_speed")
 	if err != nil {
 		return nil, err
 	}
@@ -402,7 +403,7 @@ func (t *UserTools) assertInternetSpeed(a domain.Args) (any, error) {
 			min = 1
 		}
 	default:
-		return nil, fmt.Errorf("'>=' not supported between instances of 'float' and '%s'", pyTypeName(want))
+		return nil, fmt.Errorf("'>=' not supported between instances of 'float' and '%s'", pyvalue.Type(want))
 	}
 	var desc *string
 	if err := a.Decode("expected_desc", &desc); err != nil {

@@ -2,13 +2,11 @@ package telecom
 
 import (
 	"encoding/json"
-	"math/big"
 	"reflect"
 	"strings"
 	"testing"
 
 	"evals.si/harness/taubench/domain"
-	"evals.si/harness/taubench/pyjson"
 )
 
 // testUserDB is tau2's user_db.toml, so the unit tests need no data
@@ -262,68 +260,5 @@ func TestUserUpdateDB(t *testing.T) {
 	}
 	if err := tk.UpdateDB(json.RawMessage(`{"device": {"wifi": true}}`)); err == nil {
 		t.Error("an unknown field was accepted")
-	}
-}
-
-func TestPyRepr(t *testing.T) {
-	d := &pyjson.Dict[any]{}
-	d.Set("k", []any{big.NewInt(1), 2.5, nil, true})
-	tests := []struct {
-		v    any
-		want string
-	}{
-		{"plain", "'plain'"},
-		{"it's", `"it's"`},
-		{`both ' and "`, `'both \' and "'`},
-		{"tab\tnew\nline\\", `'tab\tnew\nline\\'`},
-		{"\x01é\u200b", `'\x01é\u200b'`},
-		{big.NewInt(-7), "-7"},
-		{1.0, "1.0"},
-		{1e22, "1e+22"},
-		{false, "False"},
-		{nil, "None"},
-		{d, "{'k': [1, 2.5, None, True]}"},
-	}
-	for _, tc := range tests {
-		if got := pyRepr(tc.v); got != tc.want {
-			t.Errorf("pyRepr(%#v) = %s, want %s", tc.v, got, tc.want)
-		}
-	}
-	long := strings.Repeat("y", 60)
-	if got, want := truncatedRepr(long), "'"+strings.Repeat("y", 24)+"..."+strings.Repeat("y", 23)+"'"; got != want {
-		t.Errorf("truncatedRepr = %s, want %s", got, want)
-	}
-}
-
-// TestLaxScalars: pydantic's lax bool and int coercions, as
-// set_apn_settings' validation meets them.
-func TestLaxScalars(t *testing.T) {
-	bools := []struct {
-		in   any
-		want bool
-		kind string
-	}{
-		{true, true, ""}, {"YES", true, ""}, {"off", false, ""}, {"of", false, "bool_parsing"},
-		{" true ", false, "bool_parsing"}, {big.NewInt(1), true, ""}, {big.NewInt(2), false, "bool_parsing"},
-		{1.0, true, ""}, {0.5, false, "bool_type"}, {nil, false, "bool_type"}, {[]any{}, false, "bool_type"},
-	}
-	for _, b := range bools {
-		if got, kind := laxBool(b.in); got != b.want || kind != b.kind {
-			t.Errorf("laxBool(%#v) = %v, %q; want %v, %q", b.in, got, kind, b.want, b.kind)
-		}
-	}
-	ints := []struct {
-		in   any
-		want int
-		kind string
-	}{
-		{"80", 80, ""}, {" 80 ", 80, ""}, {"+5", 5, ""}, {"1_000", 1000, ""}, {"8.0", 8, ""}, {true, 1, ""},
-		{8.0, 8, ""}, {8.5, 0, "int_from_float"}, {"abc", 0, "int_parsing"}, {"1__0", 0, "int_parsing"},
-		{"_1", 0, "int_parsing"}, {[]any{}, 0, "int_type"},
-	}
-	for _, n := range ints {
-		if got, kind := laxInt(n.in); got != n.want || kind != n.kind {
-			t.Errorf("laxInt(%#v) = %v, %q; want %v, %q", n.in, got, kind, n.want, n.kind)
-		}
 	}
 }
