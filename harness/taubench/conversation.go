@@ -120,6 +120,11 @@ func (c *conversation) run(ctx context.Context) error {
 			}
 			if strings.Contains(msg.Content, agentStop) {
 				c.termination = tau2.AgentStop
+				if len(msg.ToolCalls) > 0 {
+					// tau2 raises here (its environment would get the last
+					// message): no reward. The model's doing, so a score.
+					c.termination = tau2.AgentError
+				}
 				return nil
 			}
 			to = tau2.User

@@ -26,6 +26,10 @@ import (
 // as CPython does: unbounded ints, float and complex results, the empty
 // tuple "()", and CPython's exception texts.
 func Calculate(expression string) (string, error) {
+	if len(expression) > maxExpression {
+		// Not CPython's: a bound on the work one call may ask for.
+		return "", fmt.Errorf("the expression is %d characters long; calculate takes at most %d", len(expression), maxExpression)
+	}
 	for _, r := range expression {
 		if !strings.ContainsRune("0123456789+-*/(). ", r) {
 			return "", errors.New("Invalid characters in expression")
@@ -37,6 +41,9 @@ func Calculate(expression string) (string, error) {
 	}
 	p := &parser{toks: toks}
 	n, ok := p.parse()
+	if p.err != nil {
+		return "", p.err
+	}
 	if !ok {
 		return "", p.syntaxError()
 	}
@@ -120,6 +127,9 @@ func tokenize(s string) ([]token, error) {
 				}
 			}
 			text := s[i:j]
+			if !float && len(text) > maxDigits {
+				return nil, syntaxErr(fmt.Sprintf("Exceeds the limit (%d digits) for integer string conversion: value has %d digits; use sys.set_int_max_str_digits() to increase the limit - Consider hexadecimal for huge integer literals to avoid decimal conversion limits.", maxDigits, len(text)), 1)
+			}
 			if !float && len(text) > 1 && text[0] == '0' && strings.Trim(text, "0") != "" {
 				return nil, syntaxErr("leading zeros in decimal integer literals are not permitted; use an 0o prefix for octal integers", 1)
 			}
@@ -132,6 +142,9 @@ func tokenize(s string) ([]token, error) {
 			toks = append(toks, token{tDot, ".", level})
 			i++
 		case c == '(':
+			if level >= maxLevel {
+				return nil, syntaxErr("too many nested parentheses", 1)
+			}
 			toks = append(toks, token{tLParen, "(", level})
 			level++
 			i++
@@ -172,6 +185,10 @@ type parser struct {
 	pos  int
 	// fail is the position of the token the parse failed at.
 	fail int
+	// unary counts the unary operators being parsed; past maxUnary,
+	// CPython's compiler gives up (err).
+	unary int
+	err   error
 }
 
 func (p *parser) peek() token { return p.toks[p.pos] }
@@ -229,6 +246,11 @@ func (p *parser) term() (node, bool) {
 
 func (p *parser) factor() (node, bool) {
 	if p.isOp("+", "-") {
+		if p.unary++; p.unary > maxUnary {
+			p.err = errors.New("maximum recursion depth exceeded during compilation")
+			return nil, false
+		}
+		defer func() { p.unary-- }()
 		op := p.toks[p.pos].text
 		p.pos++
 		x, ok := p.factor()
@@ -468,9 +490,20 @@ func unsupported(op string, x, y value) error {
 	return fmt.Errorf("unsupported operand type(s) for %s: '%s' and '%s'", op, typeName(x), typeName(y))
 }
 
-// maxIntBits bounds the ints ** may build: CPython would grind through
-// 9**9**9; here it is refused as too large for the float it must become.
-const maxIntBits = 1 << 22
+// Limits. CPython's: maxLevel parentheses (its tokenizer's MAXLEVEL),
+// maxDigits in an int literal (sys.int_info.default_max_str_digits),
+// maxUnary operators in a row (where 3.11's compiler runs out of
+// recursion). Not CPython's, which would grind through 9**9**9 or a
+// megabyte of multiplications: maxIntBits bounds every int an operation
+// builds (refused as too large for the float it must become), and
+// maxExpression the text, so one call's work is bounded.
+const (
+	maxLevel      = 200
+	maxDigits     = 4300
+	maxUnary      = 2993
+	maxIntBits    = 1 << 17
+	maxExpression = 100_000
+)
 
 func apply(op string, x, y value) (value, error) {
 	_, xt := x.(tuple)
@@ -541,6 +574,9 @@ func intOp(op string, x, y *big.Int) (value, error) {
 	case "-":
 		return new(big.Int).Sub(x, y), nil
 	case "*":
+		if x.BitLen()+y.BitLen() > maxIntBits {
+			return nil, errors.New("int too large to convert to float")
+		}
 		return new(big.Int).Mul(x, y), nil
 	case "/":
 		if y.Sign() == 0 {

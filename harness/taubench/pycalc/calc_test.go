@@ -2,6 +2,7 @@ package pycalc
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -157,5 +158,35 @@ func TestCalculateAirlineCases(t *testing.T) {
 		if got != c.want || gotErr != c.err {
 			t.Errorf("calculate(%q) = %q, %q; want %q, %q", c.expr, got, gotErr, c.want, c.err)
 		}
+	}
+}
+
+// The limits: CPython's where it has them (its texts recorded from 3.11),
+// and bounds on one call's work where it has none. Each answers at once.
+func TestLimits(t *testing.T) {
+	nest := func(n int) string { return strings.Repeat("(", n) + "1" + strings.Repeat(")", n) }
+	digits := "Exceeds the limit (4300 digits) for integer string conversion: value has 4301 digits; use sys.set_int_max_str_digits() to increase the limit - Consider hexadecimal for huge integer literals to avoid decimal conversion limits. (<string>, line 1)"
+	for _, c := range []struct{ name, expr, want, err string }{
+		{"200 parentheses", nest(200), "1.0", ""},
+		{"201 parentheses", nest(201), "", "too many nested parentheses (<string>, line 1)"},
+		{"40,000 parentheses", nest(40_000), "", "too many nested parentheses (<string>, line 1)"},
+		{"4300 digits", strings.Repeat("9", 4300) + "//" + strings.Repeat("9", 4300), "1.0", ""},
+		{"4301 digits", strings.Repeat("9", 4301), "", digits},
+		{"2993 unary minus", strings.Repeat("-", 2993) + "1", "-1.0", ""},
+		{"2994 unary minus", strings.Repeat("-", 2994) + "1", "", "maximum recursion depth exceeded during compilation"},
+		{"a huge product", strings.Repeat("(10**4000)*", 200) + "1", "", "int too large to convert to float"},
+		{"a huge power", "9**9**9", "", "int too large to convert to float"},
+		{"too long", strings.Repeat("1+", 50_001) + "1", "", "the expression is 100003 characters long; calculate takes at most 100000"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := Calculate(c.expr)
+			gotErr := ""
+			if err != nil {
+				gotErr = err.Error()
+			}
+			if got != c.want || gotErr != c.err {
+				t.Errorf("got %q, %q; want %q, %q", got, gotErr, c.want, c.err)
+			}
+		})
 	}
 }

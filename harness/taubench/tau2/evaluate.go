@@ -216,7 +216,10 @@ func actionMatches(a Action, tc ToolCall) bool {
 		return false
 	}
 	var got, want map[string]any
-	_ = json.Unmarshal(tc.Arguments, &got)
+	if json.Unmarshal(tc.Arguments, &got) != nil || got == nil {
+		// Not an object (tau2 could not have made the call at all).
+		return false
+	}
 	_ = json.Unmarshal(a.Arguments, &want)
 	var keys []string
 	if a.CompareArgs == nil {
@@ -249,8 +252,8 @@ func evaluateCommunicate(c *EvaluationCriteria, trajectory []Message) *Reward {
 	for _, info := range c.CommunicateInfo {
 		met := false
 		for _, m := range trajectory {
-			if m.Role != "assistant" || m.Content == "" {
-				continue
+			if m.Role != "assistant" || strings.TrimSpace(m.Content) == "" {
+				continue // has_text_content
 			}
 			if strings.Contains(strings.ReplaceAll(strings.ToLower(m.Content), ",", ""), strings.ToLower(info)) {
 				met = true

@@ -247,10 +247,15 @@ func ParseTasks(data []byte) ([]Task, error) {
 		}
 		list = wrapped.Tasks
 	}
+	seen := map[string]int{}
 	for i := range list {
 		if err := list[i].Check(); err != nil {
 			return nil, fmt.Errorf("task %d: %w", i, err)
 		}
+		if j, dup := seen[list[i].ID]; dup {
+			return nil, fmt.Errorf("tasks %d and %d have the same id %q", j, i, list[i].ID)
+		}
+		seen[list[i].ID] = i
 	}
 	return list, nil
 }
