@@ -13,6 +13,7 @@ import (
 	"evals.si/bench/bfcl"
 	"evals.si/bench/taubench"
 	"evals.si/dataset"
+	tauharness "evals.si/harness/taubench"
 	"evals.si/image"
 	"evals.si/spec"
 )
@@ -146,6 +147,17 @@ func (s *Server) checkTrials(records, trials int) error {
 func (s *Server) confineRecords(sp *spec.Spec, records []spec.Record) error {
 	if err := s.checkTrials(len(records), sp.Trials); err != nil {
 		return err
+	}
+	fromTauBench := false
+	if u, err := url.Parse(sp.Dataset.URI); err == nil && u.Scheme == taubench.Scheme {
+		fromTauBench = true
+	}
+	for _, rec := range records {
+		if _, ok := rec.Metadata[tauharness.MetadataKey]; ok && !fromTauBench {
+			// It names a directory the harness reads on the worker: only
+			// the importer, from a confined data_dir, may set it.
+			return refused(fmt.Errorf("record %q sets metadata.%s, which names files on the server; on a server only the taubench:// importer sets it", rec.ID, tauharness.MetadataKey))
+		}
 	}
 	if !sp.IsAgentRun() {
 		return nil

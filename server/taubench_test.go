@@ -51,6 +51,17 @@ func TestSubmitTauBench(t *testing.T) {
 	if err := json.Unmarshal(l.Record, &rec); err != nil || rec.ID != "0" || rec.Metadata.Taubench.Domain != "retail" || rec.Metadata.Taubench.Task.ID != "0" {
 		t.Errorf("leased %s (%v), want retail task 0", l.Record, err)
 	}
+	// A record of another source naming its own domain directory is
+	// refused: the harness would read (and show the model) files there.
+	inline := modelSpec("tau", "ALPHA_KEY")
+	inline["dataset"] = map[string]any{"records": []any{map[string]any{"id": "x", "input": "hi",
+		"metadata": map[string]any{"taubench": map[string]any{"domain": "retail", "dir": "/etc", "task": map[string]any{"id": "x"}}}}}}
+	before := f.snapshot()
+	r := f.do("POST", "/v1/runs", alphaEditor, map[string]any{"spec": inline})
+	apiError(t, r, http.StatusUnprocessableEntity, "refused", "metadata.taubench")
+	if after := f.snapshot(); after != before {
+		t.Errorf("a refused submit wrote something:\n%s", after)
+	}
 	for name, uri := range map[string]string{
 		"no data_dir":              "taubench://retail",
 		"data_dir out of datasets": "taubench://retail?data_dir=../outside",

@@ -349,3 +349,46 @@ func TestTauBenchCommunicate(t *testing.T) {
 		}
 	}
 }
+
+// A hostile agent's output is graded, never an infrastructure error: a
+// calculate of a million nested parentheses and one of huge products are
+// refused as CPython would (or bounded where it has no limit), and
+// ###STOP### said together with a tool call (tau2 raises there) ends the
+// conversation as an agent error with reward 0.
+func TestTauBenchHostileAgent(t *testing.T) {
+	data := taubenchData(t)
+	t.Setenv("EVALSI_TAU_TEST_KEY", "not-a-secret")
+	nest, _ := json.Marshal(map[string]string{"expression": strings.Repeat("(", 1_000_000) + "1" + strings.Repeat(")", 1_000_000)})
+	product, _ := json.Marshal(map[string]string{"expression": strings.Repeat("(10**4000)*", 500) + "1"})
+	agentReplies := []spec.ScriptReply{
+		scriptedCall("calculate", string(nest)),
+		scriptedCall("calculate", string(product)),
+		{Content: "All done. ###STOP###", ToolCalls: []spec.ScriptToolCall{{Name: "get_order_details", Arguments: spec.JSON(`{"order_id": "#W2378156"}`)}}},
+	}
+	aa, ua := tauServers(t, agentReplies, []spec.ScriptReply{{Content: "Hi, I need help with an order."}})
+	target, judge := tauModels("openai", aa, ua)
+	db := filepath.Join(t.TempDir(), "evalsi.db")
+	s := runTauBench(t, db, map[string]any{
+		"name":    "tau-hostile",
+		"dataset": map[string]any{"uri": "taubench://retail?tasks=0&data_dir=" + data},
+		"target":  target, "judge": judge,
+		"harness": taubenchHarness, "evaluators": []any{"task-success"},
+	})
+	if s.Scores["task-success"] != 0 {
+		t.Errorf("task-success %v, want 0", s.Scores["task-success"])
+	}
+	for id, v := range tauVerdicts(t, db, s.RunID) {
+		if v.Termination != "agent_error" {
+			t.Errorf("%s: termination %q, want agent_error", id, v.Termination)
+		}
+	}
+	var outputs []string
+	for _, e := range eventsByRecord(t, db, s.RunID)["0"] {
+		if e.Kind == trajectory.KindToolResult && e.ToolResult.Name == "calculate" {
+			outputs = append(outputs, e.ToolResult.Output)
+		}
+	}
+	if len(outputs) != 2 || !strings.Contains(outputs[0], "the expression is") && !strings.Contains(outputs[0], "too many nested parentheses") || !strings.Contains(outputs[1], "int too large") {
+		t.Errorf("calculate answered %q", outputs)
+	}
+}
