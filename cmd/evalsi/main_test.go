@@ -86,6 +86,8 @@ func TestExamplesOffline(t *testing.T) {
 		{"../../examples/agents/fix-calc-external-go.yaml", map[string]float64{"task-success": 1, "mergeable": 1, "policy-clean": 1, "agent-steps": 4}},
 		{"../../examples/agents/fix-calc-external-python.yaml", map[string]float64{"task-success": 1, "mergeable": 1, "policy-clean": 1, "agent-steps": 4}},
 		{"../../examples/agents/cli-offline.yaml", map[string]float64{"task-success": 1, "policy-clean": 1, "agent-steps": 4, "agent-cost-usd": 0.0321}},
+		// τ-bench's oracle over the telecom samples (no sandbox, no model).
+		{"../../examples/agents/taubench-offline.yaml", map[string]float64{"task-success": 1}},
 	}
 	for _, c := range cases {
 		t.Run(filepath.Base(c.file), func(t *testing.T) {
