@@ -9,8 +9,7 @@ import (
 
 // The models are tau2's (domains/airline/data_model.py), fields in its
 // order, which is the order model_dump writes them in. Python dicts are
-// *pyjson.Dict: a pointer, since only the pointer is an ordered map to
-// the encoder.
+// *pyjson.Dict, whose nil is a missing field the loader refuses.
 
 // FlightDB is the airline database.
 type FlightDB struct {
