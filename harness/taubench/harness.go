@@ -151,11 +151,10 @@ func newWorld(d domain.Data, task *tau2.Task) (*tau2.World, error) {
 	if err != nil {
 		return nil, err
 	}
-	var history []tau2.Message
 	if task.InitialState != nil && len(task.InitialState.MessageHistory) > 0 {
 		return nil, fmt.Errorf("task %s starts from a message history, which this harness does not continue", task.ID)
 	}
-	if err := w.SetState(task.InitialState, history); err != nil {
+	if err := w.SetState(task.InitialState, nil); err != nil {
 		return nil, fmt.Errorf("task %s: setting the initial state: %w", task.ID, err)
 	}
 	return w, nil

@@ -174,12 +174,6 @@ func call(tk Toolkit, f Func, args Args) (any, error) {
 	return f.Run(args)
 }
 
-// Has reports whether a is set and not JSON null.
-func (a Args) Has(name string) bool {
-	raw, ok := a[name]
-	return ok && string(raw) != "null"
-}
-
 // Decode decodes argument name into v; a value of the wrong type is an
 // error naming the argument. An absent argument leaves v as it is (its
 // Python default).
@@ -208,11 +202,4 @@ func describe(v any) string {
 		return "a list of strings"
 	}
 	return "of the expected type"
-}
-
-// String decodes a string argument.
-func (a Args) String(name string) (string, error) {
-	var s string
-	err := a.Decode(name, &s)
-	return s, err
 }
