@@ -30,6 +30,11 @@ type Spec struct {
 	// command output, model responses and the in-memory copy of events
 	// (the store keeps events whole).
 	Caps *Caps `json:"caps,omitempty"`
+	// Budget caps the whole run's spend: when the run's spend reaches
+	// budget.usd (or budget.tokens) no further trial starts; the rest are
+	// recorded as not started and a resume with a higher cap runs them.
+	// wall_clock bounds the run from its start the same way.
+	Budget *Budget `json:"budget,omitempty"`
 }
 
 // Caps are the run's output caps; zero or absent means the default. Output
