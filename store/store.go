@@ -126,12 +126,37 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	db.SetConnMaxLifetime(0)
 
 	s := &Store{db: db, path: abs, blobs: filepath.Join(dir, "blobs"), wsem: make(chan struct{}, 1)}
-	if err := s.init(ctx); err != nil {
+	if err := s.initRetrying(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("opening store %s: %w", abs, err)
 	}
 	return s, nil
 }
+
+// initRetrying runs init, retrying while it fails with SQLITE_BUSY: two
+// processes opening a new store at once race to switch it to WAL and to
+// migrate, and SQLite answers some of those steps (the journal-mode change,
+// WAL recovery) with SQLITE_BUSY at once instead of calling the busy
+// handler. The retries are bounded by the busy timeout and honour ctx.
+func (s *Store) initRetrying(ctx context.Context) error {
+	deadline := time.Now().Add(busyTimeout)
+	wait := 10 * time.Millisecond
+	for {
+		err := s.init(ctx)
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (after SQLITE_BUSY: %v)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// isBusy reports whether err is SQLITE_BUSY or one of its extended codes.
+func isBusy(err error) bool { return sqliteCode(err)&0xff == sqlite3.SQLITE_BUSY }
 
 // dsn builds the driver's data source name. Pragmas are applied to every new
 // connection of the pool; _txlock=immediate makes every transaction take the

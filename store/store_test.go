@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -261,5 +263,52 @@ func TestErrNotFound(t *testing.T) {
 	// The trial made by newTrial is untouched by the failed calls.
 	if n, err := s.CountEvents(ctx, tr.ID); err != nil || n != 0 {
 		t.Errorf("CountEvents = %d, %v", n, err)
+	}
+}
+
+// Processes that open one new store at the same moment (a run and a
+// watcher, two workers) race to switch it to WAL and migrate it; SQLite
+// answers some of those steps with SQLITE_BUSY at once, which Open must
+// wait out rather than fail on. SQLite's locks are per process, so the
+// openers are processes: this test binary run again.
+func TestOpenConcurrentNewStore(t *testing.T) {
+	if path := os.Getenv("EVALSI_STORE_OPEN_CHILD"); path != "" {
+		s, err := Open(context.Background(), path)
+		if err == nil {
+			err = s.Close()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		path := filepath.Join(t.TempDir(), "evalsi.db")
+		const n = 6
+		cmds := make([]*exec.Cmd, n)
+		for i := range cmds {
+			cmds[i] = exec.Command(exe, "-test.run=^TestOpenConcurrentNewStore$", "-test.count=1")
+			cmds[i].Env = append(os.Environ(), "EVALSI_STORE_OPEN_CHILD="+path)
+		}
+		outs := make(chan string, n)
+		for _, c := range cmds {
+			go func() {
+				out, err := c.CombinedOutput()
+				if err != nil {
+					outs <- fmt.Sprintf("%v: %s", err, out)
+					return
+				}
+				outs <- ""
+			}()
+		}
+		for range n {
+			if o := <-outs; o != "" {
+				t.Fatalf("round %d: a concurrent Open failed: %s", round, o)
+			}
+		}
 	}
 }
