@@ -42,7 +42,7 @@ dataset:
   traces:
     service: evalsi
     url: QUERY
-    filter: 'span.name.startsWith("evalsi.trial ") && span.attributes["evalsi.record_id"] != "peru"'
+    filter: 'span.name.startsWith("invoke_agent ") && span.attributes["evalsi.record_id"] != "peru"'
 target:
   connector: scripted
   model: scripted-capitals
@@ -109,7 +109,7 @@ func TestTracesRoundTrip(t *testing.T) {
 	}
 
 	// Exactly the trials the filter selects, built from the trial spans.
-	d.Filter = `span.name.startsWith("evalsi.trial ") && span.attributes["evalsi.record_id"] != "peru"`
+	d.Filter = `span.name.startsWith("invoke_agent ") && span.attributes["evalsi.record_id"] != "peru"`
 	recs, st, err := src.Read(ctx, d, "")
 	if err != nil {
 		t.Fatal(err)
@@ -123,11 +123,14 @@ func TestTracesRoundTrip(t *testing.T) {
 		if len(r.Input.Messages) != 1 || r.Input.Messages[0].Role != "user" {
 			t.Fatalf("record %s (%s) input %+v", r.ID, meta["name"], r.Input)
 		}
-		got[meta["name"]] = r.Input.Messages[0].Content + " => " + string(r.Expected)
+		if meta["name"] != "invoke_agent scripted-capitals" {
+			t.Errorf("record %s from span %q, want the trial's invoke_agent span", r.ID, meta["name"])
+		}
+		got[r.Input.Messages[0].Content] = string(r.Expected)
 	}
 	want := map[string]string{
-		"evalsi.trial france": `What is the capital of France? => "Paris"`,
-		"evalsi.trial japan":  `What is the capital of Japan? => "Tokyo"`,
+		"What is the capital of France?": `"Paris"`,
+		"What is the capital of Japan?":  `"Tokyo"`,
 	}
 	if len(got) != len(want) || len(recs) != 2 {
 		t.Fatalf("records %v, want %v (stats %+v)", got, want, st)

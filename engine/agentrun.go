@@ -100,6 +100,7 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 	prepStart := time.Now()
 	prep, err := r.Envs.Prepare(ctx, env, setup)
 	m.lifecycleSince(prepStart)
+	m.span(SpanSetup, prepStart, err)
 	if err != nil {
 		return nil, envErr(err)
 	}
@@ -109,6 +110,7 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 		checkStart := time.Now()
 		err := r.checkerRuns(ctx, prep, env, setup)
 		m.lifecycleSince(checkStart)
+		m.span(SpanCheckerPreflight, checkStart, err)
 		if err != nil {
 			return nil, err
 		}
@@ -131,6 +133,7 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 	createStart := time.Now()
 	raw, err := prep.NewSandbox(ctx, env, pol, setup)
 	m.lifecycleSince(createStart)
+	m.span(SpanSandbox, createStart, err)
 	if err != nil {
 		return nil, envErr(err)
 	}
@@ -184,7 +187,7 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 	if err != nil {
 		// What the attempt spent counts in the summary even though it
 		// errored (and is retried).
-		return &Outcome{Usage: res.Usage, CostUSD: res.CostUSD, Isolation: iso}, &kindError{kind: "agent", err: fmt.Errorf("agent: %w", err)}
+		return &Outcome{Usage: res.Usage, CostUSD: res.CostUSD, Isolation: iso}, agentErr(err)
 	}
 	o := &Outcome{Output: res.Output, Usage: res.Usage, CostUSD: res.CostUSD, Isolation: iso}
 
@@ -207,6 +210,7 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 			freshStart := time.Now()
 			fresh, err := r.freshSandbox(ctx, prep, env, setup, proxies, egressEvents.checker, logf)
 			m.lifecycleSince(freshStart)
+			m.span(SpanCheckerSandbox, freshStart, err)
 			if err != nil {
 				return nil, err
 			}
@@ -228,7 +232,7 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 		if err != nil {
 			var ie *checker.InfraError
 			if ctx.Err() != nil || !errors.As(err, &ie) || !ie.AgentCausable() {
-				return nil, &kindError{kind: "checker", err: fmt.Errorf("checker: %w", err)}
+				return nil, &kindError{kind: "checker", err: fmt.Errorf("after the agent: %w", err)}
 			}
 			// It ran on the untouched environment (checkerRuns), so what
 			// stops it now is what the agent left: the agent's failure.
@@ -397,10 +401,10 @@ func (r *AgentRunner) runChecker(ctx context.Context, prep *environment.Prepared
 	case errors.As(err, &ie) && ie.Cause == checker.CauseTimeout:
 		return nil
 	case errors.As(err, &ie) && ie.Cause == checker.CauseSandbox:
-		return &kindError{kind: "checker", err: fmt.Errorf("checking that the checker runs on the untouched environment: %w", err)}
+		return &kindError{kind: "checker", err: fmt.Errorf("on the untouched environment, before any agent: %w", err)}
 	}
 	// The same every time: retrying cannot help.
-	return &NonRetryable{Err: &kindError{kind: "checker", err: fmt.Errorf("the checker cannot run on the untouched environment, before any agent: %w", err)}}
+	return &NonRetryable{Err: &kindError{kind: "checker", err: fmt.Errorf("cannot run on the untouched environment, before any agent: %w", err)}}
 }
 
 // cappedSandbox gives each command that sets no output limit of its own the
@@ -473,6 +477,21 @@ func (r *AgentRunner) escalate(sb sandbox.Sandbox, pol sandbox.Policy, proxies *
 	}
 }
 
+// agentErr is an agent's failure as a trial error. An error that says
+// which kind it is keeps it (the built-in agent's failed model call is a
+// model error, as in a plain run); any other is the agent's. The text is
+// the agent's own: every surface shows the kind beside it, so it is not
+// written into it too ("agent: agent: ...").
+func agentErr(err error) error {
+	var k ErrorKinder
+	if errors.As(err, &k) && k.ErrorKind() != "" {
+		return err
+	}
+	return &kindError{kind: "agent", err: err}
+}
+
+// envErr files an environment failure under its phase (image, setup,
+// sandbox, service).
 func envErr(err error) error {
 	if errors.Is(err, sandbox.ErrNoRung) {
 		// Which rungs work does not change between attempts.

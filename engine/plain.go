@@ -31,12 +31,15 @@ func (r *PlainRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 	start := time.Now()
 	resp, err := TimedConnector(r.Target).Chat(ctx, model.Request{Messages: msgs, RecordID: tc.Record.ID, Trial: tc.Trial})
 	if err != nil {
-		return nil, &kindError{kind: "model", err: fmt.Errorf("model call: %w", err)}
+		// The connector's error names the provider, model and endpoint;
+		// the kind (model) is shown beside it, as for an agent's call.
+		return nil, &kindError{kind: "model", err: err}
 	}
 	cost, _ := r.Pricing.Cost(r.Model, resp.Usage)
 	if err := tc.Emit.Emit(trajectory.Event{
 		Kind: trajectory.KindModelCall, Step: 1, DurationMS: time.Since(start).Milliseconds(),
-		ModelCall: &trajectory.ModelCall{Model: r.Model, Usage: resp.Usage, CostUSD: cost, StopReason: resp.StopReason},
+		ModelCall: &trajectory.ModelCall{Model: r.Model, Usage: resp.Usage, CostUSD: cost, StopReason: resp.StopReason,
+			Provider: resp.Provider, RequestModel: r.Model, ResponseModel: resp.Model, ResponseID: resp.ID},
 	}); err != nil {
 		return nil, fmt.Errorf("recording model call: %w", err)
 	}
@@ -68,7 +71,9 @@ func inputMessages(in spec.Input) []trajectory.Message {
 func runEvaluators(ctx context.Context, emit trajectory.Sink, evs []evaluate.Evaluator, t evaluate.Trial) []evaluate.EvaluatorResult {
 	out := make([]evaluate.EvaluatorResult, 0, len(evs))
 	for _, ev := range evs {
-		s, err := ev.Evaluate(ctx, t)
+		ectx, done := evaluatorSpan(ctx, ev.Name())
+		s, err := ev.Evaluate(ectx, t)
+		done(err)
 		r := evaluate.EvaluatorResult{Evaluator: ev.Name(), Scores: s}
 		if err != nil {
 			r.Scores = nil

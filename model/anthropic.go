@@ -46,7 +46,7 @@ func newAnthropic(ref spec.ModelRef, opts Options) (*anthropicConnector, error) 
 		option.WithBaseURL(base),
 		option.WithAPIKey(key),
 		option.WithMaxRetries(set.maxRetries),
-		option.WithMiddleware(attemptLogger(opts.Logger, ConnectorAnthropic)),
+		option.WithMiddleware(attemptLogger(opts.Logger, ConnectorAnthropic, set.maxRetries)),
 	)
 	return &anthropicConnector{msgs: client.Messages, ref: ref, base: base, set: set, stream: opts.Stream}, nil
 }
@@ -256,5 +256,6 @@ func fromAnthropic(m *anthropic.Message) Response {
 		Usage:      trajectory.Usage{InputTokens: int(in), OutputTokens: int(m.Usage.OutputTokens)},
 		StopReason: string(m.StopReason),
 		Model:      string(m.Model),
+		ID:         m.ID,
 	}
 }

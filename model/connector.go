@@ -46,4 +46,10 @@ type Response struct {
 	Usage      trajectory.Usage
 	StopReason string
 	Model      string
+	// ID is the provider's id of the response (a chat completion's or
+	// message's id), when it gives one.
+	ID string
+	// Provider is the connector that answered (openai, anthropic,
+	// scripted), set by connectors from New.
+	Provider string
 }

@@ -439,8 +439,8 @@ func TestRetryAttemptsLoggedWithoutKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := buf.String()
-	if !strings.Contains(logs, "model call attempt failed") || !strings.Contains(logs, "status=429") {
-		t.Errorf("the 429 attempt was not logged: %s", logs)
+	if !strings.Contains(logs, `msg="retrying openai in about`) || !strings.Contains(logs, "(attempt 2/3): HTTP 429 Too Many Requests") {
+		t.Errorf("the retry after the 429 was not logged: %s", logs)
 	}
 	if strings.Contains(logs, "sk-very-secret") {
 		t.Errorf("the API key leaked into the logs: %s", logs)
@@ -468,6 +468,52 @@ func TestConnectorTimeout(t *testing.T) {
 			_, err = c.Chat(context.Background(), model.Request{Messages: []trajectory.Message{{Role: trajectory.RoleUser, Content: "hi"}}})
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("error = %v, want a deadline error", err)
+			}
+		})
+	}
+}
+
+// A provider that refuses connections: one Warn line per retry the SDK
+// makes, each with its wait and root cause, and the call's error once (no
+// line for the last attempt, whose failure the caller reports).
+func TestRetryRoundsAgainstClosedPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	for _, f := range flavours {
+		t.Run(f.String(), func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			retries := 2
+			ref := spec.ModelRef{Connector: f.connector, Model: "test-model", BaseURL: f.baseURL(closed), MaxRetries: &retries}
+			c, err := model.New(ref, model.Options{
+				Getenv: env(map[string]string{"OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-ant-test"}),
+				Stream: f.stream,
+				// The CLI's level: Warn and above.
+				Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Chat(context.Background(), model.Request{Messages: []trajectory.Message{{Role: trajectory.RoleUser, Content: "hi"}}})
+			if err == nil || !strings.Contains(err.Error(), "connection refused") {
+				t.Fatalf("error = %v, want connection refused", err)
+			}
+			lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+			want := []string{
+				fmt.Sprintf(`level=WARN msg="retrying %s in about 500ms (attempt 2/3): connection refused"`, f.connector),
+				fmt.Sprintf(`level=WARN msg="retrying %s in about 1s (attempt 3/3): connection refused"`, f.connector),
+			}
+			if len(lines) != len(want) {
+				t.Fatalf("%d log lines, want %d:\n%s", len(lines), len(want), buf.String())
+			}
+			for i, w := range want {
+				if !strings.Contains(lines[i], w) {
+					t.Errorf("line %d = %s\nwant it to contain %s", i+1, lines[i], w)
+				}
 			}
 		})
 	}

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"time"
 
 	"evals.si/spec"
@@ -62,18 +65,26 @@ func New(ref spec.ModelRef, opts Options) (Connector, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	var (
+		c   Connector
+		err error
+	)
 	switch ref.Connector {
 	case ConnectorOpenAI:
-		return newOpenAI(ref, opts)
+		c, err = newOpenAI(ref, opts)
 	case ConnectorAnthropic:
-		return newAnthropic(ref, opts)
+		c, err = newAnthropic(ref, opts)
 	case ConnectorScripted:
-		return newScripted(ref, opts)
+		c, err = newScripted(ref, opts)
 	case "":
 		return nil, errors.New("model: no connector set: set connector to openai, anthropic or scripted")
 	default:
 		return nil, fmt.Errorf("model: unknown connector %q: use openai, anthropic or scripted", ref.Connector)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return observed{Connector: c, provider: ref.Connector, model: ref.Model}, nil
 }
 
 // callSettings are the per-call limits shared by the HTTP connectors.
@@ -114,22 +125,88 @@ func resolvePath(base, p string) string {
 	return filepath.Join(base, p)
 }
 
-// attemptLogger is SDK middleware that logs every failed HTTP attempt. The
-// SDKs retry on their own, so without it a slow call would not say why.
+// attemptLogger is SDK middleware that says when the SDK retries a call,
+// one line per retry round with its reason and the wait the SDK is about to
+// make ("retrying openai in about 1s (attempt 2/5): connection refused").
+// The SDKs retry on their own, so without it a slow call would not say why;
+// a failure that is not retried (the last attempt, a 4xx) is the call's
+// error, reported once by the caller, and is logged here at Debug only.
 // Only the endpoint, attempt number and status are logged: never headers
 // (they carry the key) nor bodies.
-func attemptLogger(log *slog.Logger, provider string) func(*http.Request, func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+func attemptLogger(log *slog.Logger, provider string, maxRetries int) func(*http.Request, func(*http.Request) (*http.Response, error)) (*http.Response, error) {
 	return func(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
 		res, err := next(req)
-		attempt := req.Header.Get("X-Stainless-Retry-Count")
-		endpoint := req.URL.Scheme + "://" + req.URL.Host + req.URL.Path
-		switch {
-		case err != nil:
-			log.Warn("model call attempt failed", "provider", provider, "endpoint", endpoint, "attempt", attempt, "err", err)
-		case res.StatusCode >= 400:
-			log.Warn("model call attempt failed", "provider", provider, "endpoint", endpoint, "attempt", attempt,
-				"status", res.StatusCode, "retry_after", res.Header.Get("Retry-After"))
+		if err == nil && res.StatusCode < 400 {
+			return res, err
 		}
+		attempt, aerr := strconv.Atoi(req.Header.Get("X-Stainless-Retry-Count"))
+		endpoint := req.URL.Scheme + "://" + req.URL.Host + req.URL.Path
+		reason := attemptReason(res, err)
+		if req.Context().Err() != nil || aerr != nil || attempt >= maxRetries || !sdkRetries(res) {
+			log.Debug("model call attempt failed", "provider", provider, "endpoint", endpoint, "attempt", attempt+1, "err", reason)
+			return res, err
+		}
+		log.Warn(fmt.Sprintf("retrying %s in about %s (attempt %d/%d): %s", provider, sdkDelay(res, attempt, time.Now()), attempt+2, maxRetries+1, reason),
+			"endpoint", endpoint)
 		return res, err
 	}
+}
+
+// attemptReason is the root cause of a failed attempt, short: the socket
+// error of a refused or reset connection, else the HTTP status.
+func attemptReason(res *http.Response, err error) string {
+	if err != nil {
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			return errno.Error()
+		}
+		var dnsErr *net.DNSError
+		if errors.As(err, &dnsErr) {
+			return dnsErr.Error()
+		}
+		var opErr *net.OpError
+		if errors.As(err, &opErr) && opErr.Err != nil {
+			return opErr.Err.Error()
+		}
+		return err.Error()
+	}
+	s := "HTTP " + res.Status
+	if ra := res.Header.Get("Retry-After"); ra != "" {
+		s += " (Retry-After " + ra + ")"
+	}
+	return s
+}
+
+// sdkRetries is whether the SDKs retry after res (nil: a transport error),
+// as their shared retry rule has it.
+func sdkRetries(res *http.Response) bool {
+	if res == nil {
+		return true
+	}
+	switch res.Header.Get("X-Should-Retry") {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	return retryableStatus(res.StatusCode)
+}
+
+// sdkDelay is the SDKs' wait before the retry after attempt (0-based): the
+// server's Retry-After-Ms or Retry-After, else 0.5s doubling per attempt up
+// to 8s (the SDKs take up to a quarter off at random).
+func sdkDelay(res *http.Response, attempt int, now time.Time) time.Duration {
+	if res != nil {
+		if ms, err := strconv.ParseFloat(res.Header.Get("Retry-After-Ms"), 64); err == nil && ms >= 0 {
+			return time.Duration(ms * float64(time.Millisecond)).Round(100 * time.Millisecond)
+		}
+		if d := RetryAfter(res.Header, now); d > 0 {
+			return d.Round(100 * time.Millisecond)
+		}
+	}
+	d := 8 * time.Second
+	if attempt < 4 {
+		d = time.Duration(500<<attempt) * time.Millisecond
+	}
+	return d
 }

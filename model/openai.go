@@ -46,7 +46,7 @@ func newOpenAI(ref spec.ModelRef, opts Options) (*openaiConnector, error) {
 		option.WithBaseURL(base),
 		option.WithAPIKey(key),
 		option.WithMaxRetries(set.maxRetries),
-		option.WithMiddleware(attemptLogger(opts.Logger, ConnectorOpenAI)),
+		option.WithMiddleware(attemptLogger(opts.Logger, ConnectorOpenAI, set.maxRetries)),
 	)
 	return &openaiConnector{svc: svc, ref: ref, base: base, set: set, stream: opts.Stream}, nil
 }
@@ -173,6 +173,7 @@ func fromOpenAI(cc *openai.ChatCompletion) (Response, error) {
 		Usage:      trajectory.Usage{InputTokens: int(cc.Usage.PromptTokens), OutputTokens: int(cc.Usage.CompletionTokens)},
 		StopReason: ch.FinishReason,
 		Model:      cc.Model,
+		ID:         cc.ID,
 	}, nil
 }
 

@@ -53,7 +53,7 @@ const probeUser = "evalsi native tool probe: call the " + ProbeTool + " tool now
 // The in-process scripted connector needs no call: its replies carry
 // structured tool calls, so it supports native tools.
 func ProbeNativeTools(ctx context.Context, c Connector, modelName string) (NativeTools, error) {
-	if _, ok := c.(*scripted); ok {
+	if _, ok := unwrap(c).(*scripted); ok {
 		return NativeTools{Supported: true, Reason: "the in-process scripted connector returns structured tool calls"}, nil
 	}
 	resp, err := c.Chat(ctx, Request{

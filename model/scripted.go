@@ -223,7 +223,17 @@ func (c *scripted) Chat(ctx context.Context, req Request) (Response, error) {
 	if model == "" {
 		model = c.model
 	}
-	return Response{Message: msg, Usage: u, StopReason: stop, Model: model}, nil
+	// The id is deterministic, as the replies are: the record's script and
+	// the turn.
+	id := fmt.Sprintf("scripted-%s-%d", cmpOr(rec, "default"), step)
+	return Response{Message: msg, Usage: u, StopReason: stop, Model: model, ID: id}, nil
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // truncate shortens s to at most n runes for error messages.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"evals.si/engine"
@@ -115,4 +116,29 @@ func (r *recorder) checkCapture() error {
 		return fmt.Errorf("%s=true, but this host does not redact secrets from span content (telemetry.WithRedact); unset it", CaptureContentEnv)
 	}
 	return nil
+}
+
+// setError marks span failed with msg, redacted as the store redacts what
+// it keeps: error text quotes commands, URLs and outputs, which can hold a
+// secret that env_from mapped, and a span leaves the host for a trace
+// backend whether or not content capture is on.
+func (r *recorder) setError(span trace.Span, msg string) {
+	span.SetStatus(codes.Error, r.content.redactText(msg))
+}
+
+// redactText redacts one string through the JSON redactor (as a JSON
+// string, so the redactor sees what it sees in stored events).
+func (c capture) redactText(s string) string {
+	if c.redact == nil {
+		return s
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return s
+	}
+	var out string
+	if err := json.Unmarshal(c.redact(b), &out); err != nil {
+		return "(error text withheld: it could not be redacted)"
+	}
+	return out
 }

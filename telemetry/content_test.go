@@ -40,6 +40,11 @@ func runTrials(t *testing.T, opts ...Option) map[string]sdktrace.ReadOnlySpan {
 	r.runFinished("run1", engine.StatusCompleted, nil, "")
 	spans := map[string]sdktrace.ReadOnlySpan{}
 	for _, s := range sr.Ended() {
+		// Trial spans are named after the agent: key them by record.
+		if rec, ok := attrOf(s, AttrRecordID); ok {
+			spans["trial "+rec] = s
+			continue
+		}
 		spans[s.Name()] = s
 	}
 	return spans
@@ -69,11 +74,11 @@ func TestContentCapture(t *testing.T) {
 		name, in, out string
 		hasOut        bool
 	}{
-		{"evalsi.trial text", `[{"role":"user","parts":[{"type":"text","content":"What is 2+2?"}]}]`,
+		{"trial text", `[{"role":"user","parts":[{"type":"text","content":"What is 2+2?"}]}]`,
 			`[{"role":"assistant","parts":[{"type":"text","content":"4"}],"finish_reason":"stop"}]`, true},
-		{"evalsi.trial chat", `[{"role":"system","parts":[{"type":"text","content":"Be brief."}]},{"role":"user","parts":[{"type":"text","content":"Hi"}]}]`,
+		{"trial chat", `[{"role":"system","parts":[{"type":"text","content":"Be brief."}]},{"role":"user","parts":[{"type":"text","content":"Hi"}]}]`,
 			`[{"role":"assistant","parts":[{"type":"text","content":"Hello, the key is [redacted]"}],"finish_reason":"stop"}]`, true},
-		{"evalsi.trial broke", `[{"role":"user","parts":[{"type":"text","content":"x"}]}]`, "", false},
+		{"trial broke", `[{"role":"user","parts":[{"type":"text","content":"x"}]}]`, "", false},
 	} {
 		s := spans[tc.name]
 		if s == nil {
@@ -131,5 +136,32 @@ func checkNoContent(t *testing.T, spans map[string]sdktrace.ReadOnlySpan) {
 		if name != "evalsi.run r" && s.Parent().SpanID() != run.SpanContext().SpanID() {
 			t.Errorf("%s is not a child of the run span", name)
 		}
+	}
+}
+
+// TestErrorTextRedacted: error text reaches span statuses with content
+// capture off too, so it goes through the store's redaction: a trial
+// error quoting a secret never leaves the host with it.
+func TestErrorTextRedacted(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	r := newRecorder(tp.Tracer(TracerName), WithContent(false), WithRedact(redactKey))
+	ctx := context.Background()
+	r.runStarted(ctx, RunInfo{ID: "run1", Name: "r"})
+	r.trialStarted(ctx, "run1", "t0", spec.Record{ID: "a", Input: spec.Input{Text: "x"}}, 0, 0)
+	r.trialFinished("t0", &engine.Outcome{Status: engine.TrialErrored, ErrorKind: "agent",
+		Error: `POST http://127.0.0.1:9/run?key=sk-secret-123: connection refused`}, "")
+	r.runFinished("run1", engine.StatusFailed, nil, "setup: curl -H 'Authorization: Bearer sk-secret-123' failed")
+	var n int
+	for _, s := range sr.Ended() {
+		if d := s.Status().Description; d != "" {
+			n++
+			if strings.Contains(d, "sk-secret-123") || !strings.Contains(d, "[redacted]") {
+				t.Errorf("span %q status %q: want the secret redacted", s.Name(), d)
+			}
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d spans with an error status, want the trial's and the run's", n)
 	}
 }

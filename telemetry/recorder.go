@@ -1,12 +1,13 @@
 package telemetry
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"evals.si/engine"
@@ -29,13 +30,31 @@ const (
 	AttrErrorKind = "evalsi.error_kind"
 	AttrExitCode  = "evalsi.exit_code"
 
-	AttrOperation    = "gen_ai.operation.name"
-	AttrModel        = "gen_ai.request.model"
-	AttrInputTokens  = "gen_ai.usage.input_tokens"
-	AttrOutputTokens = "gen_ai.usage.output_tokens"
-	AttrFinish       = "gen_ai.response.finish_reasons"
-	AttrToolName     = "gen_ai.tool.name"
-	AttrToolCallID   = "gen_ai.tool.call.id"
+	AttrEvaluator = "evalsi.evaluator"
+	AttrModelRole = "evalsi.model_role"
+
+	AttrOperation     = "gen_ai.operation.name"
+	AttrProvider      = "gen_ai.provider.name"
+	AttrAgentName     = "gen_ai.agent.name"
+	AttrModel         = "gen_ai.request.model"
+	AttrResponseModel = "gen_ai.response.model"
+	AttrResponseID    = "gen_ai.response.id"
+	AttrInputTokens   = "gen_ai.usage.input_tokens"
+	AttrOutputTokens  = "gen_ai.usage.output_tokens"
+	AttrFinish        = "gen_ai.response.finish_reasons"
+	AttrToolName      = "gen_ai.tool.name"
+	AttrToolType      = "gen_ai.tool.type"
+	AttrToolCallID    = "gen_ai.tool.call.id"
+	AttrEvalName      = "gen_ai.evaluation.name"
+	AttrEvalScore     = "gen_ai.evaluation.score.value"
+	AttrErrorType     = "error.type"
+)
+
+// Operation names (gen_ai.operation.name).
+const (
+	OpInvokeAgent = "invoke_agent"
+	OpChat        = "chat"
+	OpExecuteTool = "execute_tool"
 )
 
 // recorder turns what a run records into spans: the run's span from its
@@ -66,16 +85,22 @@ func newRecorder(tracer trace.Tracer, opts ...Option) *recorder {
 type RunInfo struct {
 	ID, Name, SpecPath string
 	Records, Trials    int
+	// Spec, when set, names the agent under test on the trials' spans
+	// (gen_ai.agent.name) and says whether it is a remote agent, whose
+	// calls are spans of their own.
+	Spec *spec.Spec
 }
 
 type runSpan struct {
-	ctx  context.Context // carries the run span
-	span trace.Span
+	ctx   context.Context // carries the run span
+	span  trace.Span
+	agent agentInfo
 }
 
 type trialSpan struct {
-	ctx  context.Context // carries the trial span
-	span trace.Span
+	ctx   context.Context // carries the trial span
+	span  trace.Span
+	agent agentInfo
 	// ids are the identity attributes every span of the trial carries.
 	ids []attribute.KeyValue
 	// calls are tool calls waiting for their result, by call id.
@@ -97,7 +122,7 @@ func (r *recorder) runStarted(ctx context.Context, ri RunInfo) {
 			attribute.String("evalsi.spec_path", ri.SpecPath),
 			attribute.Int("evalsi.records", ri.Records), attribute.Int("evalsi.trials_per_record", ri.Trials)))
 	r.mu.Lock()
-	r.runs[ri.ID] = &runSpan{ctx: sctx, span: span}
+	r.runs[ri.ID] = &runSpan{ctx: sctx, span: span, agent: agentOf(ri.Spec)}
 	r.mu.Unlock()
 }
 
@@ -110,9 +135,16 @@ func (r *recorder) runFinished(runID, status string, sum *engine.Summary, errMsg
 		return
 	}
 	attrs := []attribute.KeyValue{attribute.String(AttrStatus, status)}
+	health := engine.HealthOK
+	done := 0
 	if sum != nil {
-		attrs = append(attrs, attribute.Int("evalsi.errored", sum.Errored), attribute.Float64(AttrCostUSD, sum.CostUSD),
-			attribute.Int("evalsi.tokens", sum.Tokens))
+		// Trials is per record; the ones a budget did not start are not done.
+		done = max(sum.Records*max(sum.Trials, 1)-sum.NotStarted, sum.Errored)
+		health = engine.RunHealth(done, sum.Errored)
+		attrs = append(attrs, attribute.Int("evalsi.errored", sum.Errored), attribute.Int("evalsi.trials_done", done),
+			attribute.String("evalsi.status_label", engine.StatusLabel(status, done, sum.Errored)),
+			attribute.String("evalsi.health", string(health)),
+			attribute.Float64(AttrCostUSD, sum.CostUSD), attribute.Int("evalsi.tokens", sum.Tokens))
 		for name, v := range sum.Scores {
 			attrs = append(attrs, attribute.Float64("evalsi.score."+name, v))
 		}
@@ -120,9 +152,13 @@ func (r *recorder) runFinished(runID, status string, sum *engine.Summary, errMsg
 	rs.span.SetAttributes(attrs...)
 	switch {
 	case errMsg != "":
-		rs.span.SetStatus(codes.Error, errMsg)
+		r.setError(rs.span, errMsg)
 	case status != engine.StatusCompleted:
-		rs.span.SetStatus(codes.Error, "run "+status)
+		r.setError(rs.span, "run "+status)
+	case health == engine.HealthNoScores:
+		r.setError(rs.span, fmt.Sprintf("every trial errored (%d of %d): nothing was scored", sum.Errored, done))
+	case health == engine.HealthErrors:
+		r.setError(rs.span, fmt.Sprintf("%d of %d trials errored", sum.Errored, done))
 	}
 	rs.span.End()
 }
@@ -132,15 +168,26 @@ func (r *recorder) trialStarted(ctx context.Context, runID, id string, rec spec.
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	parent := context.WithoutCancel(ctx)
+	ag := agentOf(nil)
 	if rs := r.runs[runID]; rs != nil {
-		parent = rs.ctx
+		parent, ag = rs.ctx, rs.agent
 	}
-	opts := []trace.SpanStartOption{trace.WithAttributes(append(ids, attribute.String(AttrTrialID, id), attribute.Int(AttrAttempt, attempt))...)}
+	// The trial is the agent's invocation (the GenAI conventions'
+	// invoke_agent span), named after the agent; the record is an attribute.
+	attrs := append(ids, attribute.String(AttrTrialID, id), attribute.Int(AttrAttempt, attempt),
+		attribute.String(AttrOperation, OpInvokeAgent), attribute.String(AttrAgentName, ag.name))
+	if ag.provider != "" {
+		attrs = append(attrs, attribute.String(AttrProvider, ag.provider))
+	}
+	if ag.model != "" {
+		attrs = append(attrs, attribute.String(AttrModel, ag.model))
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
 	if r.content.enabled() {
 		opts = append(opts, r.content.start(parent, rec)...)
 	}
-	sctx, span := r.tracer.Start(parent, "evalsi.trial "+rec.ID, opts...)
-	r.trials[id] = &trialSpan{ctx: sctx, span: span, ids: ids, calls: map[string]pendingCall{}}
+	sctx, span := r.tracer.Start(parent, OpInvokeAgent+" "+ag.name, opts...)
+	r.trials[id] = &trialSpan{ctx: sctx, span: span, agent: ag, ids: ids, calls: map[string]pendingCall{}}
 }
 
 func (r *recorder) event(trialID string, e trajectory.Event) {
@@ -166,27 +213,30 @@ func (r *recorder) event(trialID string, e trajectory.Event) {
 		if role == "" {
 			role = "agent"
 		}
-		attrs = append(attrs, attribute.String(AttrOperation, "chat"), attribute.String(AttrModel, mc.Model),
-			attribute.Int(AttrInputTokens, mc.Usage.InputTokens), attribute.Int(AttrOutputTokens, mc.Usage.OutputTokens),
-			attribute.Float64(AttrCostUSD, mc.CostUSD), attribute.String("evalsi.model_role", role))
-		if mc.StopReason != "" {
-			attrs = append(attrs, attribute.StringSlice(AttrFinish, []string{mc.StopReason}))
-		}
-		r.span(ts, "chat "+mc.Model, trace.SpanKindClient, start, end, attrs, nil)
+		attrs = append(attrs, modelAttrs(mc)...)
+		attrs = append(attrs, attribute.Float64(AttrCostUSD, mc.CostUSD), attribute.String(AttrModelRole, role))
+		attrs = append(attrs, attribute.String(AttrOperation, OpChat))
+		r.span(ts, OpChat+" "+requestModel(mc), trace.SpanKindClient, start, end, attrs, nil)
 
 	case e.Kind == trajectory.KindToolCall && e.ToolCall != nil:
 		ts.calls[e.ToolCall.ID] = pendingCall{call: *e.ToolCall, at: end, step: e.Step}
 
 	case e.Kind == trajectory.KindToolResult && e.ToolResult != nil:
 		tr := e.ToolResult
+		name := tr.Name
 		if pc, ok := ts.calls[tr.CallID]; ok {
 			delete(ts.calls, tr.CallID)
 			if e.DurationMS == 0 {
 				start = pc.at
 			}
+			if name == "" {
+				// A result that does not repeat the tool's name (an HTTP
+				// agent's tool message) answers the call that named it.
+				name = pc.call.Name
+			}
 		}
-		attrs = append(attrs, attribute.String(AttrOperation, "execute_tool"), attribute.String(AttrToolName, tr.Name),
-			attribute.String(AttrToolCallID, tr.CallID))
+		attrs = append(attrs, attribute.String(AttrOperation, OpExecuteTool), attribute.String(AttrToolName, name),
+			attribute.String(AttrToolType, toolType(ts.agent, tr.Type)), attribute.String(AttrToolCallID, tr.CallID))
 		if tr.ExitCode != nil {
 			attrs = append(attrs, attribute.Int(AttrExitCode, *tr.ExitCode))
 		}
@@ -201,7 +251,7 @@ func (r *recorder) event(trialID string, e trajectory.Event) {
 			msg := "the tool reported an error"
 			fail = &msg
 		}
-		r.span(ts, "execute_tool "+tr.Name, trace.SpanKindInternal, start, end, attrs, fail)
+		r.span(ts, OpExecuteTool+" "+name, trace.SpanKindInternal, start, end, attrs, fail)
 
 	case e.Kind == trajectory.KindChecker && e.Checker != nil:
 		c := e.Checker
@@ -227,13 +277,47 @@ func (r *recorder) event(trialID string, e trajectory.Event) {
 	}
 }
 
+// modelAttrs are a recorded model call's GenAI attributes.
+func modelAttrs(mc *trajectory.ModelCall) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{attribute.String(AttrModel, requestModel(mc)),
+		attribute.Int(AttrInputTokens, mc.Usage.InputTokens), attribute.Int(AttrOutputTokens, mc.Usage.OutputTokens)}
+	if mc.Provider != "" {
+		attrs = append(attrs, attribute.String(AttrProvider, mc.Provider))
+	}
+	if m := cmp.Or(mc.ResponseModel, mc.Model); m != "" {
+		attrs = append(attrs, attribute.String(AttrResponseModel, m))
+	}
+	if mc.ResponseID != "" {
+		attrs = append(attrs, attribute.String(AttrResponseID, mc.ResponseID))
+	}
+	if mc.StopReason != "" {
+		attrs = append(attrs, attribute.StringSlice(AttrFinish, []string{mc.StopReason}))
+	}
+	return attrs
+}
+
+func requestModel(mc *trajectory.ModelCall) string { return cmp.Or(mc.RequestModel, mc.Model) }
+
+// toolType is gen_ai.tool.type: what the result says, else extension for
+// the tools an agent runs itself (remote and CLI agents), function for
+// those the harness runs for the model.
+func toolType(a agentInfo, recorded string) string {
+	switch {
+	case recorded != "":
+		return recorded
+	case a.runsTools():
+		return "extension"
+	}
+	return "function"
+}
+
 // span records a finished child span of the trial. Tool arguments and
 // outputs are not attributes: they can be large and may hold what the
 // task's files hold; the store has them.
 func (r *recorder) span(ts *trialSpan, name string, kind trace.SpanKind, start, end time.Time, attrs []attribute.KeyValue, fail *string) {
 	_, s := r.tracer.Start(ts.ctx, name, trace.WithTimestamp(start), trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 	if fail != nil {
-		s.SetStatus(codes.Error, *fail)
+		r.setError(s, *fail)
 	}
 	s.End(trace.WithTimestamp(end))
 }
@@ -251,13 +335,17 @@ func (r *recorder) trialFinished(trialID string, o *engine.Outcome, dropped stri
 	now := time.Now()
 	// A tool call with no result (the trial was cut short) still took time.
 	for _, pc := range ts.calls {
-		attrs := append(append([]attribute.KeyValue{}, ts.ids...), attribute.String(AttrOperation, "execute_tool"),
-			attribute.String(AttrToolName, pc.call.Name), attribute.String(AttrToolCallID, pc.call.ID), attribute.Int(AttrStep, pc.step))
+		attrs := append(append([]attribute.KeyValue{}, ts.ids...), attribute.String(AttrOperation, OpExecuteTool),
+			attribute.String(AttrToolName, pc.call.Name), attribute.String(AttrToolType, toolType(ts.agent, "")),
+			attribute.String(AttrToolCallID, pc.call.ID), attribute.Int(AttrStep, pc.step))
 		msg := "no result was recorded"
-		r.span(ts, "execute_tool "+pc.call.Name, trace.SpanKindInternal, pc.at, now, attrs, &msg)
+		r.span(ts, OpExecuteTool+" "+pc.call.Name, trace.SpanKindInternal, pc.at, now, attrs, &msg)
+	}
+	if o != nil {
+		r.timedSpans(ts, o)
 	}
 	if o == nil {
-		ts.span.SetStatus(codes.Error, dropped)
+		r.setError(ts.span, dropped)
 		ts.span.End(trace.WithTimestamp(now))
 		return
 	}
@@ -274,8 +362,8 @@ func (r *recorder) trialFinished(trialID string, o *engine.Outcome, dropped stri
 	}
 	ts.span.SetAttributes(attrs...)
 	if o.Status == engine.TrialErrored {
-		ts.span.SetAttributes(attribute.String(AttrErrorKind, o.ErrorKind))
-		ts.span.SetStatus(codes.Error, o.ErrorKind+": "+o.Error)
+		ts.span.SetAttributes(attribute.String(AttrErrorKind, o.ErrorKind), attribute.String(AttrErrorType, o.ErrorKind))
+		r.setError(ts.span, o.ErrorKind+": "+o.Error)
 	}
 	ts.span.End(trace.WithTimestamp(now))
 }

@@ -8,8 +8,10 @@
 // Export is configured by the standard OTLP variables and is off unless an
 // endpoint is set: OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, with OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL
-// http/protobuf (default) or grpc, and the exporters' other
-// OTEL_EXPORTER_OTLP_* variables (headers, timeout, compression, TLS).
+// http/protobuf (default), http/json or grpc, and the exporters' other
+// OTEL_EXPORTER_OTLP_* variables (headers, timeout, compression, TLS; for
+// http/json, which the SDK does not provide, jsonexport.go reads headers,
+// timeout, compression and the CA certificate).
 // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES name the resource;
 // OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none turn export off.
 //
@@ -21,6 +23,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -61,10 +64,15 @@ func NewProvider(ctx context.Context, getenv func(string) string) (*sdktrace.Tra
 	switch proto {
 	case "", "http/protobuf":
 		exp, err = otlptracehttp.New(ctx)
+	case "http/json":
+		exp, err = newJSONExporter(getenv)
 	case "grpc":
 		exp, err = otlptracegrpc.New(ctx)
 	default:
-		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q is not supported: use http/protobuf or grpc", proto)
+		return nil, fmt.Errorf("%w: %s %q is not supported: use http/protobuf (the default), http/json or grpc", ErrConfig, protoVar(getenv), proto)
+	}
+	if errors.Is(err, ErrConfig) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("creating the OTLP trace exporter (%s): %w", protoName(proto), err)
@@ -79,6 +87,14 @@ func NewProvider(ctx context.Context, getenv func(string) string) (*sdktrace.Tra
 		return nil, fmt.Errorf("describing the OTel resource (check OTEL_RESOURCE_ATTRIBUTES): %w", err)
 	}
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
+}
+
+// protoVar names the variable the protocol came from.
+func protoVar(getenv func(string) string) string {
+	if getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") != "" {
+		return "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	}
+	return "OTEL_EXPORTER_OTLP_PROTOCOL"
 }
 
 func protoName(p string) string {

@@ -4,6 +4,8 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -31,12 +34,34 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// receiver is an OTLP/HTTP trace receiver: it decodes the protobuf
-// ExportTraceServiceRequest bodies the exporter posts to /v1/traces.
+// receiver is an OTLP trace receiver on the official collector types: over
+// HTTP it decodes the ExportTraceServiceRequest bodies posted to
+// /v1/traces, protobuf or JSON (otlpJSON); over gRPC (serveGRPC) it is the
+// TraceService.
 type receiver struct {
+	coltracepb.UnimplementedTraceServiceServer
 	mu       sync.Mutex
 	spans    []*tracepb.Span
 	resource []*commonpb.KeyValue
+	// contentTypes are the HTTP requests' content types.
+	contentTypes []string
+}
+
+func (rc *receiver) add(req *coltracepb.ExportTraceServiceRequest) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, rs := range req.ResourceSpans {
+		rc.resource = rs.GetResource().GetAttributes()
+		for _, ss := range rs.ScopeSpans {
+			rc.spans = append(rc.spans, ss.Spans...)
+		}
+	}
+}
+
+// Export is the gRPC TraceService's method.
+func (rc *receiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	rc.add(req)
+	return &coltracepb.ExportTraceServiceResponse{}, nil
 }
 
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -44,7 +69,8 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "want POST /v1/traces", http.StatusNotFound)
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "application/x-protobuf" {
+	ct := r.Header.Get("Content-Type")
+	if ct != "application/x-protobuf" && ct != "application/json" {
 		http.Error(w, "content type "+ct, http.StatusUnsupportedMediaType)
 		return
 	}
@@ -63,18 +89,24 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req coltracepb.ExportTraceServiceRequest
-	if err := proto.Unmarshal(b, &req); err != nil {
+	if ct == "application/json" {
+		err = otlpJSON(b, &req)
+	} else {
+		err = proto.Unmarshal(b, &req)
+	}
+	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	rc.mu.Lock()
-	for _, rs := range req.ResourceSpans {
-		rc.resource = rs.GetResource().GetAttributes()
-		for _, ss := range rs.ScopeSpans {
-			rc.spans = append(rc.spans, ss.Spans...)
-		}
-	}
+	rc.contentTypes = append(rc.contentTypes, ct)
 	rc.mu.Unlock()
+	rc.add(&req)
+	if ct == "application/json" {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte("{}"))
+		return
+	}
 	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
 	w.Header().Set("Content-Type", "application/x-protobuf")
 	w.Write(out)
@@ -186,7 +218,8 @@ func TestAgentRunSpans(t *testing.T) {
 		t.Fatalf("%d root spans, want 1 run span; spans: %d", len(tr.roots), len(rc.spans))
 	}
 	run := tr.roots[0]
-	if a := attrs(run.Attributes); run.Name != "evalsi.run fix-calc-offline" || a[telemetry.AttrRunID] != runID || a["evalsi.status"] != "completed" {
+	if a := attrs(run.Attributes); run.Name != "evalsi.run fix-calc-offline" || a[telemetry.AttrRunID] != runID || a["evalsi.status"] != "completed" ||
+		run.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
 		t.Errorf("run span %q attrs %v", run.Name, a)
 	}
 	for _, s := range rc.spans {
@@ -200,7 +233,9 @@ func TestAgentRunSpans(t *testing.T) {
 	}
 	trial := trials[0]
 	ta := attrs(trial.Attributes)
-	if trial.Name != "evalsi.trial fix-calc" || ta[telemetry.AttrRunID] != runID || ta[telemetry.AttrRecordID] != "fix-calc" ||
+	if trial.Name != "invoke_agent evalsi.builtin" || ta[telemetry.AttrOperation] != "invoke_agent" || ta[telemetry.AttrAgentName] != "evalsi.builtin" ||
+		ta[telemetry.AttrProvider] != "scripted" || ta[telemetry.AttrModel] != "scripted-agent" ||
+		ta[telemetry.AttrRunID] != runID || ta[telemetry.AttrRecordID] != "fix-calc" ||
 		ta[telemetry.AttrTrial] != int64(0) || ta["evalsi.passed"] != true || ta["evalsi.score.task-success"] != 1.0 {
 		t.Errorf("trial span %q attrs %v", trial.Name, ta)
 	}
@@ -211,7 +246,13 @@ func TestAgentRunSpans(t *testing.T) {
 	var models, checkers int
 	var tools []string
 	var inTokens int64
+	names := map[string]int{}
+	evaluators := map[string]*tracepb.Span{}
 	for _, s := range tr.children[hex.EncodeToString(trial.SpanId)] {
+		names[s.Name]++
+		if a := attrs(s.Attributes); a[telemetry.AttrEvaluator] != nil {
+			evaluators[a[telemetry.AttrEvaluator].(string)] = s
+		}
 		a := attrs(s.Attributes)
 		if a[telemetry.AttrRunID] != runID || a[telemetry.AttrRecordID] != "fix-calc" || a[telemetry.AttrTrial] != int64(0) {
 			t.Errorf("span %q lacks the trial's identity: %v", s.Name, a)
@@ -224,14 +265,16 @@ func TestAgentRunSpans(t *testing.T) {
 			models++
 			in, _ := a[telemetry.AttrInputTokens].(int64)
 			out, _ := a[telemetry.AttrOutputTokens].(int64)
-			if in <= 0 || out <= 0 || a[telemetry.AttrModel] != "scripted-agent" || s.Name != "chat scripted-agent" || s.Kind != tracepb.Span_SPAN_KIND_CLIENT {
+			if in <= 0 || out <= 0 || a[telemetry.AttrModel] != "scripted-agent" || s.Name != "chat scripted-agent" || s.Kind != tracepb.Span_SPAN_KIND_CLIENT ||
+				a[telemetry.AttrProvider] != "scripted" || a[telemetry.AttrResponseModel] != "scripted-agent" ||
+				!strings.HasPrefix(fmt.Sprint(a[telemetry.AttrResponseID]), "scripted-fix-calc-") {
 				t.Errorf("model span %q kind %v attrs %v", s.Name, s.Kind, a)
 			}
 			inTokens += in
 		case "execute_tool":
 			name, _ := a[telemetry.AttrToolName].(string)
 			tools = append(tools, name)
-			if s.Name != "execute_tool "+name || a[telemetry.AttrToolCallID] == "" {
+			if s.Name != "execute_tool "+name || a[telemetry.AttrToolCallID] == "" || a[telemetry.AttrToolType] != "function" {
 				t.Errorf("tool span %q attrs %v", s.Name, a)
 			}
 		default:
@@ -255,33 +298,38 @@ func TestAgentRunSpans(t *testing.T) {
 	if checkers != 1 {
 		t.Errorf("%d checker spans, want 1", checkers)
 	}
-}
-
-// TestPlainRunSpans needs no sandbox: a plain model run (capitals-offline)
-// makes a run span, a trial span per record and a model call span each.
-func TestPlainRunSpans(t *testing.T) {
-	rc := startReceiver(t)
-	runID := runSpec(t, "../examples/capitals-offline.yaml")
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	tr := buildTree(t, rc.spans)
-	if len(tr.roots) != 1 || attrs(tr.roots[0].Attributes)[telemetry.AttrRunID] != runID {
-		t.Fatalf("roots %v", tr.roots)
-	}
-	trials := tr.children[hex.EncodeToString(tr.roots[0].SpanId)]
-	if len(trials) < 2 {
-		t.Fatalf("%d trial spans", len(trials))
-	}
-	records := map[any]bool{}
-	for _, trial := range trials {
-		records[attrs(trial.Attributes)[telemetry.AttrRecordID]] = true
-		kids := tr.children[hex.EncodeToString(trial.SpanId)]
-		if len(kids) != 1 || attrs(kids[0].Attributes)[telemetry.AttrOperation] != "chat" {
-			t.Errorf("trial %q children %v", trial.Name, kids)
+	// The phases no event records: setup, the sandbox, the checker's
+	// preflight and each evaluator with its score.
+	for _, n := range []string{"evalsi.setup", "evalsi.sandbox.create", "evalsi.checker.preflight"} {
+		if names[n] != 1 {
+			t.Errorf("%d %q spans, want 1; trial's children: %v", names[n], n, names)
 		}
 	}
-	if len(records) != len(trials) {
-		t.Errorf("trial spans repeat records: %v", records)
+	for _, ev := range []string{"task-success", "code-quality", "policy-violations", "agent-efficiency"} {
+		s := evaluators[ev]
+		if s == nil {
+			t.Errorf("no span for evaluator %s; trial's children: %v", ev, names)
+			continue
+		}
+		a := attrs(s.Attributes)
+		if s.Name != "evalsi.evaluator "+ev || a[telemetry.AttrEvalName] != ev || a[telemetry.AttrEvalScore] == nil || s.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
+			t.Errorf("evaluator span %q attrs %v status %v", s.Name, a, s.Status)
+		}
+	}
+	// code-quality's judge call is a chat span under its evaluator's span.
+	if cq := evaluators["code-quality"]; cq != nil {
+		if a := attrs(cq.Attributes); a["evalsi.score.code-quality"] == nil || a["evalsi.score.mergeable"] == nil {
+			t.Errorf("code-quality span attrs %v", a)
+		}
+		judge := tr.children[hex.EncodeToString(cq.SpanId)]
+		if len(judge) != 1 {
+			t.Fatalf("code-quality span has %d children, want its judge's call", len(judge))
+		}
+		a := attrs(judge[0].Attributes)
+		if judge[0].Name != "chat scripted-judge" || a[telemetry.AttrOperation] != "chat" || a[telemetry.AttrModelRole] != "judge" ||
+			a[telemetry.AttrProvider] != "scripted" || a[telemetry.AttrResponseID] == nil || a[telemetry.AttrInputTokens].(int64) <= 0 {
+			t.Errorf("judge span %q attrs %v", judge[0].Name, a)
+		}
 	}
 }
 
@@ -301,13 +349,39 @@ func TestEnabled(t *testing.T) {
 			t.Errorf("Enabled(%v) = %v, want %v", c.env, got, c.want)
 		}
 	}
-	_, err := telemetry.NewProvider(context.Background(), func(k string) string {
-		if k == "OTEL_EXPORTER_OTLP_PROTOCOL" {
-			return "http/json"
+}
+
+// TestTelemetryProtocolConfig: an unsupported protocol is a configuration
+// error (ErrConfig, exit 2 in the CLI) naming the variable, the value and
+// the supported ones.
+func TestTelemetryProtocolConfig(t *testing.T) {
+	cases := []struct {
+		env  map[string]string
+		want string // "" for no error
+	}{
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, ""},
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, ""},
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/xml"},
+			`telemetry configuration: OTEL_EXPORTER_OTLP_PROTOCOL "http/xml" is not supported: use http/protobuf (the default), http/json or grpc`},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "thrift", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+			`telemetry configuration: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL "thrift" is not supported: use http/protobuf (the default), http/json or grpc`},
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json", "OTEL_EXPORTER_OTLP_ENDPOINT": "127.0.0.1:4318"},
+			`telemetry configuration: OTLP endpoint "127.0.0.1:4318/v1/traces" is not an http(s) URL: set OTEL_EXPORTER_OTLP_ENDPOINT to e.g. http://127.0.0.1:4318`},
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json", "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"},
+			`telemetry configuration: OTEL_EXPORTER_OTLP_COMPRESSION "zstd" is not supported: use gzip or none`},
+	}
+	for _, c := range cases {
+		tp, err := telemetry.NewProvider(context.Background(), func(k string) string { return c.env[k] })
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%v: %v", c.env, err)
+			} else {
+				_ = tp.Shutdown(context.Background())
+			}
+			continue
 		}
-		return ""
-	})
-	if err == nil {
-		t.Error("http/json protocol: no error")
+		if err == nil || err.Error() != c.want || !errors.Is(err, telemetry.ErrConfig) {
+			t.Errorf("%v: error %v, want %q wrapping ErrConfig", c.env, err, c.want)
+		}
 	}
 }

@@ -96,6 +96,14 @@ type ModelCall struct {
 	StopReason string  `json:"stop_reason,omitempty"`
 	// Role says whose call it was: agent (default), judge, user_simulator.
 	Role string `json:"role,omitempty"`
+	// Provider is the connector that answered (openai, anthropic,
+	// scripted), when the call went through one.
+	Provider string `json:"provider,omitempty"`
+	// RequestModel is the model asked for, when it is known apart from
+	// Model; ResponseModel and ResponseID are what the reply named.
+	RequestModel  string `json:"request_model,omitempty"`
+	ResponseModel string `json:"response_model,omitempty"`
+	ResponseID    string `json:"response_id,omitempty"`
 }
 
 // ToolResult is what a tool returned.
@@ -112,6 +120,10 @@ type ToolResult struct {
 	Fault string `json:"fault,omitempty"`
 	// Divergence is set in replay when the result differs from the recording.
 	Divergence string `json:"divergence,omitempty"`
+	// Type is the tool's kind in OTel's terms (gen_ai.tool.type): function
+	// (run by the harness: the default), extension (an MCP server's tool,
+	// one that calls out of the harness), datastore (retrieval).
+	Type string `json:"type,omitempty"`
 }
 
 // Policy is a sandbox policy event: something the sandbox refused or stopped.

@@ -166,7 +166,16 @@ func (a *Agent) turn(ctx context.Context, c *remote.Conversation, v templateVars
 		if err != nil {
 			return "", fmt.Errorf("http agent: messages_path %q in the reply of %s: %w", a.cfg.MessagesPath, a.cfg.URL, err)
 		}
+		// A tool message need not repeat its tool's name: it is the name
+		// of the call it answers.
+		names := map[string]string{}
 		for _, m := range msgs {
+			for _, tc := range m.ToolCalls {
+				names[tc.ID] = tc.Name
+			}
+			if m.Role == trajectory.RoleTool && m.Name == "" {
+				m.Name = names[m.ToolCallID]
+			}
 			if err := record(c, m); err != nil {
 				return "", err
 			}

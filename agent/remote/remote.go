@@ -125,7 +125,9 @@ func (c *Conversation) Converse(ctx context.Context, opening []trajectory.Messag
 		return err
 	}
 	for {
+		start := time.Now()
 		ans, err := turn(ctx, conv)
+		observe(ctx, Call{Kind: c.name, Start: start, End: time.Now(), Err: err})
 		if err != nil {
 			return err
 		}

@@ -201,7 +201,8 @@ func record(c *remote.Conversation, rep reply, mdl string, pricing model.Pricing
 		c.Note(fmt.Sprintf("response %s incomplete (%s)", rep.ID, rep.IncompleteDetails.Reason))
 	}
 	if err := c.Emit(trajectory.Event{Kind: trajectory.KindModelCall, Step: c.Steps, DurationMS: ms,
-		ModelCall: &trajectory.ModelCall{Model: mdl, Usage: u, CostUSD: usd, StopReason: stop}}); err != nil {
+		ModelCall: &trajectory.ModelCall{Model: mdl, Usage: u, CostUSD: usd, StopReason: stop,
+			Provider: "openai", ResponseModel: rep.Model, ResponseID: rep.ID}}); err != nil {
 		return "", err
 	}
 	var texts []string

@@ -102,7 +102,8 @@ func (b *bound) Reply(ctx context.Context, conversation []trajectory.Message) (s
 	}
 	if b.emit != nil {
 		if err := b.emit.Emit(trajectory.Event{Kind: trajectory.KindModelCall, Time: time.Now(), DurationMS: time.Since(start).Milliseconds(),
-			ModelCall: &trajectory.ModelCall{Model: firstNonEmpty(resp.Model, b.s.model), Usage: resp.Usage, StopReason: resp.StopReason, Role: Role}}); err != nil {
+			ModelCall: &trajectory.ModelCall{Model: firstNonEmpty(resp.Model, b.s.model), Usage: resp.Usage, StopReason: resp.StopReason, Role: Role,
+				Provider: resp.Provider, RequestModel: b.s.model, ResponseModel: resp.Model, ResponseID: resp.ID}}); err != nil {
 			return "", false, fmt.Errorf("user simulator: recording its model call: %w", err)
 		}
 	}

@@ -279,7 +279,8 @@ func (c *conversation) chat(ctx context.Context, conn model.Connector, modelName
 		c.cost += usd
 	}
 	err = c.emit(trajectory.Event{Kind: trajectory.KindModelCall, Step: c.agentCalls, DurationMS: time.Since(start).Milliseconds(),
-		ModelCall: &trajectory.ModelCall{Model: name, Usage: resp.Usage, CostUSD: usd, StopReason: resp.StopReason, Role: role}})
+		ModelCall: &trajectory.ModelCall{Model: name, Usage: resp.Usage, CostUSD: usd, StopReason: resp.StopReason, Role: role,
+			Provider: resp.Provider, RequestModel: modelName, ResponseModel: resp.Model, ResponseID: resp.ID}})
 	return resp, err
 }
 

@@ -243,7 +243,7 @@ type session struct {
 
 // Call implements tools.Session.
 func (ss *session) Call(ctx context.Context, call trajectory.ToolCall) (trajectory.ToolResult, error) {
-	res := trajectory.ToolResult{CallID: call.ID, Name: call.Name}
+	res := trajectory.ToolResult{CallID: call.ID, Name: call.Name, Type: "extension"}
 	orig, ok := ss.s.orig[call.Name]
 	if !ok {
 		res.IsError = true
