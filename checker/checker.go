@@ -85,11 +85,14 @@ const (
 // to run the command is not.
 func (e *InfraError) AgentCausable() bool { return e.Cause != CauseSandbox }
 
+// Error is the reason, with no "checker" prefix: the engine files it under
+// the error kind checker, shown beside the message, and says when the
+// checker could not run (before or after the agent).
 func (e *InfraError) Error() string {
 	if e.Err != nil {
-		return "checker cannot run: " + e.Reason + ": " + e.Err.Error()
+		return e.Reason + ": " + e.Err.Error()
 	}
-	return "checker cannot run: " + e.Reason
+	return e.Reason
 }
 
 func (e *InfraError) Unwrap() error { return e.Err }
@@ -234,6 +237,8 @@ func tail(b []byte, n int) string {
 // snippet is a short tail of the output for error messages.
 func snippet(out string) string {
 	const n = 500
+	// A trailing newline would end the error message with a line break.
+	out = strings.TrimRight(out, " \t\r\n")
 	if out == "" {
 		return "(none)"
 	}

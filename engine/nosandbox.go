@@ -34,7 +34,7 @@ func (r *AgentRunner) runWithoutSandbox(ctx context.Context, tc *TrialContext) (
 	}
 	res, err := r.Agent.Run(ctx, task)
 	if err != nil {
-		return &Outcome{Usage: res.Usage, CostUSD: res.CostUSD}, &kindError{kind: "agent", err: fmt.Errorf("agent: %w", err)}
+		return &Outcome{Usage: res.Usage, CostUSD: res.CostUSD}, agentErr(err)
 	}
 	o := &Outcome{Output: res.Output, Usage: res.Usage, CostUSD: res.CostUSD, Verdict: res.Verdict}
 	if o.Verdict != nil {

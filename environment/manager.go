@@ -35,11 +35,15 @@ type InfraError struct {
 	Err   error
 }
 
-func (e *InfraError) Error() string { return fmt.Sprintf("environment %s: %v", e.Phase, e.Err) }
+// Error is the failure without its phase: the phase is the trial's error
+// kind, which every surface shows beside the message ("image: resolving
+// image ..."), so it is not written into it as well.
+func (e *InfraError) Error() string { return e.Err.Error() }
 func (e *InfraError) Unwrap() error { return e.Err }
 
 // ImageResolver resolves image references to unpacked roots.
 type ImageResolver interface {
+	// Resolve's errors name ref (the manager does not add it again).
 	Resolve(ctx context.Context, ref string) (*image.Image, error)
 	// ResolveVerified resolves ref only when a cosign signature by one of
 	// keys covers it (sandbox.image_signatures).
@@ -372,7 +376,12 @@ func (m *Manager) prepare(ctx context.Context, id string, env *spec.Environment,
 			img, err = m.images.Resolve(ctx, image.Rewrite(env.ImageMirrors, imageRef))
 		}
 		if err != nil {
-			return nil, &InfraError{Phase: "image", Err: fmt.Errorf("resolving %s: %w", imageRef, err)}
+			// The resolver's error names the image it resolved; name the
+			// spec's when image_mirrors changed it.
+			if src := image.Rewrite(env.ImageMirrors, imageRef); src != imageRef {
+				err = fmt.Errorf("%s through environment.image_mirrors: %w", imageRef, err)
+			}
+			return nil, &InfraError{Phase: "image", Err: err}
 		}
 		if sig := pol.ImageSignatures; sig != nil && len(sig.Keys) > 0 {
 			p.verified.Passed(signatureKey(sig))

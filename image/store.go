@@ -253,7 +253,7 @@ func (s *Store) remoteOptions(ctx context.Context) []remote.Option {
 }
 
 // registrySource resolves a registry reference to one image manifest
-// digest. A digest reference already in the cache needs no request; a tag
+// digest. Its errors do not name ref: its callers do, once. A digest reference already in the cache needs no request; a tag
 // needs one manifest request.
 func (s *Store) registrySource(ctx context.Context, ref name.Reference) (source, error) {
 	if d, ok := ref.(name.Digest); ok {
@@ -263,24 +263,24 @@ func (s *Store) registrySource(ctx context.Context, ref name.Reference) (source,
 	}
 	desc, err := remote.Get(ref, s.remoteOptions(ctx)...)
 	if err != nil {
-		return source{}, fmt.Errorf("fetching manifest of %s: %w", ref, err)
+		return source{}, fmt.Errorf("fetching manifest: %w", err)
 	}
 	digest := desc.Digest.String()
 	switch {
 	case desc.MediaType.IsIndex():
 		idx, err := v1.ParseIndexManifest(strings.NewReader(string(desc.Manifest)))
 		if err != nil {
-			return source{}, fmt.Errorf("parsing index of %s: %w", ref, err)
+			return source{}, fmt.Errorf("parsing index: %w", err)
 		}
 		child, err := s.pickPlatform(idx)
 		if err != nil {
-			return source{}, fmt.Errorf("%s: %w", ref, err)
+			return source{}, err
 		}
 		s.writeAlias(digest, child.String())
 		digest = child.String()
 	case desc.MediaType.IsImage():
 	default:
-		return source{}, fmt.Errorf("%s has manifest type %s, which is not supported (push it as an OCI or docker v2 schema 2 image)", ref, desc.MediaType)
+		return source{}, fmt.Errorf("manifest type %s is not supported (push it as an OCI or docker v2 schema 2 image)", desc.MediaType)
 	}
 	byDigest := ref.Context().Digest(digest)
 	indexDigest := ""

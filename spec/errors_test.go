@@ -90,7 +90,7 @@ func TestValidateErrors(t *testing.T) {
 		{"record ids", "dataset:\n  records:\n    - id: a\n      input: x\n    - input: y\n    - id: a\n      input: z\n" + tgt,
 			[]string{
 				`t.yaml:5:7: record has no id; give every record a unique id`,
-				`t.yaml:6:11: duplicate record id "a" at line 6 (first at line 3)`,
+				`t.yaml:6:11: duplicate record id "a" (first at line 3); give every record a unique id`,
 			}},
 		{"record without input", "dataset:\n  records:\n    - id: a\n" + tgt,
 			[]string{`t.yaml:3:7: record "a" has no input; give the task or prompt as input`}},
@@ -100,7 +100,7 @@ func TestValidateErrors(t *testing.T) {
 			[]string{`t.yaml:2:39: target names both a model and an agent; use either connector and model, or agent`}},
 		{"bad connector, no model", "dataset: {path: a}\ntarget: {connector: opnai}\n",
 			[]string{
-				`t.yaml:2:1: target needs a model`,
+				`t.yaml:2:1: target needs a model; set model to the provider's model name, e.g. model: gpt-5`,
 				`t.yaml:2:21: bad connector "opnai"; did you mean "openai"? use one of openai, anthropic, scripted`,
 			}},
 		{"scripted without script", "dataset: {path: a}\ntarget: {connector: scripted, model: s}\n",
@@ -118,7 +118,7 @@ func TestValidateErrors(t *testing.T) {
 				`t.yaml:8:20: bad min_isolation "kvm"; did you mean "vm"? use one of process, namespaced, container, vm`,
 				`t.yaml:9:21: bad rung "bwarp"; did you mean "bwrap"? use one of firecracker, qemu, smolvm, bwrap, landlock, docker, pod, host`,
 				`t.yaml:9:28: the host rung has no isolation; set allow_unsafe_host: true if you accept running agents with no isolation`,
-				`t.yaml:9:34: rung "bwrap" is listed twice`,
+				`t.yaml:9:34: rung "bwrap" is listed twice (first at column 14); list each rung once`,
 			}},
 		{"allowlist without hosts", base + "environment:\n  sandbox:\n    network: allowlist\n",
 			[]string{`t.yaml:6:14: network allowlist needs allow_hosts; list the hosts in allow_hosts as host:port`}},
@@ -138,7 +138,7 @@ func TestValidateErrors(t *testing.T) {
 			[]string{`t.yaml:6:13: bad parser "my module:fn"; use exit-code, json, junit:<path> or module:function`}},
 		{"recording and faults", base + "harness:\n  builtin:\n    recording: {mode: rec, dir: d}\n    tools:\n      faults:\n        - {tool: bash, kind: crash, rate: 1.5}\n",
 			[]string{
-				`t.yaml:6:23: bad recording mode "rec"; use one of record, replay`,
+				`t.yaml:6:23: bad recording mode "rec"; did you mean "record"? use one of record, replay`,
 				`t.yaml:9:30: bad fault kind "crash"; use one of error, timeout, malformed`,
 				`t.yaml:9:43: fault rate 1.5 is out of range; a rate is a fraction from 0 to 1`,
 			}},
@@ -163,12 +163,15 @@ func TestValidateErrors(t *testing.T) {
 				`t.yaml:9:11: evaluator llm-judge needs a judge model; set judge: {connector, model} in the spec, or pass --judge-provider and --judge-model`,
 				`t.yaml:10:16: threshold 2 is out of range; a threshold is from 0 to 1`,
 				`t.yaml:12:11: bad trajectory-match mode "fuzzy"; use one of exact, in-order, any-order, subset`,
-				`t.yaml:13:5: evaluator "exact-match" is listed twice (first at line 6)`,
+				`t.yaml:13:5: evaluator "exact-match" is listed twice (first at line 6); list each evaluator once, with all its options in that entry`,
 			}},
 		{"negative disk_mb", base + "environment: {sandbox: {disk_mb: -1}}\n",
-			[]string{`t.yaml:4:34: environment.sandbox.disk_mb must not be negative`}},
+			[]string{`t.yaml:4:34: environment.sandbox.disk_mb is negative (-1); use 0 or a positive number`}},
 		{"run counts", base + "concurrency: -1\nretries: -1\n",
-			[]string{`t.yaml:4:14: concurrency must be at least 1`, `t.yaml:5:10: retries must not be negative`}},
+			[]string{
+				`t.yaml:4:14: concurrency must be at least 1 (it is -1); concurrency bounds the trials in flight: use 1 or more, or leave it out for 2 × CPUs`,
+				`t.yaml:5:10: retries is negative (-1); retries is how often a trial that hit an infrastructure error runs again: use 0 for none, or leave it out for 2`,
+			}},
 		{"negative caps", base + "caps:\n  command_output_kb: -1\n  model_response_mb: -64\n  event_text_kb: -2\n  trial_memory_mb: -16\n",
 			[]string{
 				`t.yaml:5:22: caps.command_output_kb -1 is out of range; use 1 to 1048576 KiB, or 0 for the default (1024 KiB)`,
@@ -235,10 +238,13 @@ func TestSpecValidateWithoutFile(t *testing.T) {
 		Dataset:     Dataset{Records: []Record{{ID: "a", Input: Input{Text: "x"}}, {ID: "a", Input: Input{Text: "y"}}}},
 		Target:      Target{ModelRef: ModelRef{Connector: "openai", Model: "m"}},
 		Environment: &Environment{Sandbox: &SandboxPolicy{Network: "maybe"}},
+		Trials:      -2,
 	}
 	s.ApplyDefaults()
+	// A message that names its field is not prefixed with it again.
 	checkErrors(t, s.Validate(), []string{
-		`dataset.records[1].id: duplicate record id "a" at dataset.records[1].id (first at dataset.records[0].id)`,
+		`trials must be at least 1 (it is -2); trials is how many times each record runs: use 1 or more, or leave it out for 1`,
+		`dataset.records[1].id: duplicate record id "a" (first at dataset.records[0].id); give every record a unique id`,
 		`environment.sandbox.network: bad network "maybe"; use one of deny, allowlist, allow`,
 	})
 }
@@ -290,4 +296,91 @@ func TestAliasBomb(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "expands too far through aliases") {
 		t.Fatalf("err = %v", err)
 	}
+}
+
+// TestSemanticErrors: each problem that only validation finds (a value of
+// the right type that is wrong) points at the offending node with
+// file:line:column and says what to do, as YAML-level errors do.
+func TestSemanticErrors(t *testing.T) {
+	const tgt = "target: {connector: openai, model: m}\n"
+	for _, tc := range []struct {
+		name, src string
+		want      []string
+	}{
+		{"negative trials", base + "trials: -2\n",
+			[]string{`t.yaml:4:9: trials must be at least 1 (it is -2); trials is how many times each record runs: use 1 or more, or leave it out for 1`}},
+		{"unknown connector", "dataset: {path: a}\ntarget:\n  connector: anthropc\n  model: m\n",
+			[]string{`t.yaml:3:14: bad connector "anthropc"; did you mean "anthropic"? use one of openai, anthropic, scripted`}},
+		{"unknown judge connector", base + "judge: {connector: gemini, model: j}\n",
+			[]string{`t.yaml:4:20: bad connector "gemini"; use one of openai, anthropic, scripted`}},
+		{"network denied", base + "environment:\n  sandbox:\n    network: denied\n",
+			[]string{`t.yaml:6:14: bad network "denied"; did you mean "deny"? use one of deny, allowlist, allow`}},
+		{"checker network", base + "environment:\n  checker:\n    command: [pytest]\n    network: allowed\n",
+			[]string{`t.yaml:7:14: bad checker network "allowed"; did you mean "allow"? use one of deny, allowlist, allow`}},
+		{"unknown rung", base + "environment:\n  sandbox:\n    ladder:\n      - bwrap\n      - dockr\n",
+			[]string{`t.yaml:8:9: bad rung "dockr"; did you mean "docker"? use one of firecracker, qemu, smolvm, bwrap, landlock, docker, pod, host`}},
+		{"unknown evaluator", base + "evaluators: [exact_match, includes]\n",
+			[]string{`t.yaml:4:14: unknown evaluator "exact_match"; did you mean "exact-match"? use one of exact-match, includes, regex, json-valid, llm-judge, task-success, code-quality, policy-violations, agent-efficiency, tool-call-accuracy, trajectory-match, loops, goal-completion`}},
+		{"duplicate evaluator on one line", base + "evaluators: [includes, includes]\n",
+			[]string{`t.yaml:4:24: evaluator "includes" is listed twice (first at column 14); list each evaluator once, with all its options in that entry`}},
+		{"duplicate mocks and MCP servers", base + "harness:\n  builtin:\n    tools:\n      mcp:\n        - {name: fs, url: 'http://127.0.0.1:1/mcp'}\n        - {name: fs, command: [srv]}\n      mocks:\n        - {name: lookup, response: 1}\n        - {name: lookup, response: 2}\n        - {response: 3}\n",
+			[]string{
+				`t.yaml:9:18: duplicate MCP server name "fs" (first at line 8); give each server its own name: its tools are exposed as <name>__<tool>`,
+				`t.yaml:12:18: duplicate mock tool "lookup" (first at line 11); give each mock tool its own name`,
+				`t.yaml:13:12: a mock tool needs a name; set name to the tool's name as the agent calls it`,
+			}},
+		{"MCP server of no kind, fault of no tool", base + "harness:\n  builtin:\n    tools:\n      mcp: [{name: x}]\n      faults: [{kind: error, rate: 1}]\n",
+			[]string{
+				`t.yaml:7:14: an MCP server needs exactly one of url or command; give url for a streamable HTTP server, or command for one over stdio`,
+				`t.yaml:8:17: a fault needs tool; name the tool to fail, e.g. tool: bash`,
+			}},
+		{"recording without dir", base + "harness:\n  builtin:\n    recording: {mode: record}\n",
+			[]string{`t.yaml:6:5: recording needs dir; set dir to the directory that holds the recordings (relative to the spec file)`}},
+		{"external of two kinds", base + "harness:\n  external: {address: 'localhost:1', python: 'm:C'}\n",
+			[]string{`t.yaml:5:3: harness.external needs exactly one of address, command or python; set address (a harness already running), command (one to start) or python (module:Class)`}},
+		{"agents without their endpoint", "dataset: {path: a}\ntarget:\n  agent:\n    http: {method: get}\n",
+			[]string{
+				`t.yaml:4:5: the http agent needs url; set url to the endpoint that takes a task`,
+				`t.yaml:4:20: bad method "get"; use POST (the default), PUT or PATCH: the task is sent in the JSON body`,
+			}},
+		{"a2a without url", "dataset: {path: a}\ntarget: {agent: {a2a: {}}}\n",
+			[]string{`t.yaml:2:18: the a2a agent needs url; set url to the agent's A2A endpoint, e.g. http://127.0.0.1:9999`}},
+		{"mcp agent without tool", "dataset: {path: a}\ntarget: {agent: {mcp: {url: 'http://127.0.0.1:1/mcp'}}}\n",
+			[]string{`t.yaml:2:18: the mcp agent needs url and tool; set url (the MCP server's streamable HTTP endpoint) and tool (the tool that takes a task)`}},
+		{"responses agent without model", "dataset: {path: a}\ntarget: {agent: {responses: {base_url: 'http://127.0.0.1:1/v1'}}}\n",
+			[]string{`t.yaml:2:18: the responses agent needs base_url and model; set base_url (e.g. http://127.0.0.1:8000/v1) and model`}},
+		{"cli agent without command", "dataset: {path: a}\ntarget: {agent: {cli: {command: ' '}}}\n",
+			[]string{`t.yaml:2:18: the cli agent needs command; set command, e.g. command: claude -p {instruction}`}},
+		{"environment names", base + "environment:\n  env: {'A=B': x}\n",
+			[]string{`t.yaml:5:9: bad environment variable name "A=B"; a name must not be empty or hold = or NUL`}},
+		{"bad regex", base + "evaluators: [{name: regex, pattern: 'a('}]\n",
+			[]string{"t.yaml:4:37: bad pattern: error parsing regexp: missing closing ): `a(`; write a Go (RE2) regular expression; YAML single quotes keep backslashes as written"}},
+		{"negative temperature", "dataset: {path: a}\n" + "target: {connector: openai, model: m, temperature: -0.5}\n",
+			[]string{`t.yaml:2:52: target.temperature is negative (-0.5); use 0 or a positive number`}},
+		{"many at once, in file order", "trials: -2\ndataset:\n  records:\n    - {id: a, input: hi}\n    - {id: a, input: ho}\n" + tgt + "environment: {sandbox: {network: denied}}\nevaluators: [exact-matc]\n",
+			[]string{
+				`t.yaml:1:9: trials must be at least 1 (it is -2); trials is how many times each record runs: use 1 or more, or leave it out for 1`,
+				`t.yaml:5:12: duplicate record id "a" (first at line 4); give every record a unique id`,
+				`t.yaml:7:34: bad network "denied"; did you mean "deny"? use one of deny, allowlist, allow`,
+				`t.yaml:8:14: unknown evaluator "exact-matc"; did you mean "exact-match"? use one of exact-match, includes, regex, json-valid, llm-judge, task-success, code-quality, policy-violations, agent-efficiency, tool-call-accuracy, trajectory-match, loops, goal-completion`,
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := Parse("t.yaml", []byte(tc.src))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			checkErrors(t, f.Validate(), tc.want)
+		})
+	}
+}
+
+// A spec parsed without a name (a request body) still says where: line
+// and column, with no file name before them.
+func TestValidateErrorsWithoutFileName(t *testing.T) {
+	f, err := Parse("", []byte(base+"trials: -2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkErrors(t, f.Validate(), []string{`4:9: trials must be at least 1 (it is -2); trials is how many times each record runs: use 1 or more, or leave it out for 1`})
 }

@@ -47,8 +47,12 @@ func (e *Error) Error() string {
 		fmt.Fprintf(&b, "%s:%d:%d: ", e.File, e.Line, e.Column)
 	case e.File != "":
 		b.WriteString(e.File + ": ")
+	case e.Line > 0:
+		fmt.Fprintf(&b, "%d:%d: ", e.Line, e.Column)
 	}
-	if e.Line == 0 && e.Field != "" {
+	// Without a line the field path says where; a message that starts
+	// with the path already says it ("trials must be at least 1").
+	if e.Line == 0 && e.Field != "" && !strings.HasPrefix(e.Msg, e.Field) {
 		b.WriteString(e.Field + ": ")
 	}
 	b.WriteString(e.Msg)
@@ -104,6 +108,9 @@ type File struct {
 	// Envelope is set when the file is an EvalRun (see envelope.go).
 	Envelope *Envelope
 	pos      map[string]Pos
+	// keys holds where each mapping key was written, for problems with
+	// the key itself (a bad environment variable name); pos has its value.
+	keys map[string]Pos
 }
 
 // Pos returns the position of a field path such as "environment.checker.parser",
@@ -120,6 +127,17 @@ func (f *File) Pos(fieldPath string) Pos {
 		}
 	}
 	return Pos{}
+}
+
+// keyPos is where the key of the map entry at fieldPath was written; the
+// value's position (Pos) when the key's is not known.
+func (f *File) keyPos(fieldPath string) Pos {
+	if f != nil {
+		if p, ok := f.keys[fieldPath]; ok {
+			return p
+		}
+	}
+	return f.Pos(fieldPath)
 }
 
 // Errorf returns a *Error positioned at fieldPath.
@@ -199,7 +217,7 @@ const maxDocSize = 64 << 20
 // Validate: the caller may still override fields (the CLI's --judge-model,
 // say) and must call File.Validate afterwards.
 func Parse(name string, data []byte) (f *File, err error) {
-	f = &File{Path: name, pos: map[string]Pos{}}
+	f = &File{Path: name, pos: map[string]Pos{}, keys: map[string]Pos{}}
 	if name != "" {
 		f.Dir = filepath.Dir(name)
 	}
@@ -257,7 +275,7 @@ func Decode(name string, data []byte, v any) error {
 	if err != nil {
 		return err
 	}
-	d := &decoder{file: &File{Path: name, pos: map[string]Pos{}}, root: "the value", anchors: map[string]ast.Node{}}
+	d := &decoder{file: &File{Path: name, pos: map[string]Pos{}, keys: map[string]Pos{}}, root: "the value", anchors: map[string]ast.Node{}}
 	d.collectAnchors(body, 0)
 	val := d.decode(body, rv.Type().Elem(), "", 0)
 	if err := d.errs.err(); err != nil {
@@ -715,6 +733,7 @@ func (d *decoder) decode(n ast.Node, t reflect.Type, path string, depth int) any
 		for _, e := range d.entries(n, path, depth) {
 			cp := childPath(path, e.key)
 			d.file.pos[cp] = nodePos(e.keyNode)
+			d.file.keys[cp] = d.file.pos[cp]
 			v := d.decode(e.value, t.Elem(), cp, depth+1)
 			out[e.key] = v
 		}

@@ -24,9 +24,33 @@ func suggest(word string, candidates []string) string {
 	}
 	limit := max(2, len(word)/3)
 	if bestD > limit || bestD >= len(word) || bestD >= len(best) {
-		return ""
+		return stemMatch(lw, candidates)
 	}
 	return best
+}
+
+// stemMatch finds the one candidate that shares a stem with word: a common
+// prefix of at least three letters covering most of the shorter of the
+// two, so that "denied" finds "deny" and "allowed" finds "allow", which
+// are too many edits apart for suggest. Two such candidates are no
+// suggestion.
+func stemMatch(lw string, candidates []string) string {
+	found := ""
+	for _, c := range candidates {
+		lc := strings.ToLower(c)
+		n := 0
+		for n < len(lw) && n < len(lc) && lw[n] == lc[n] {
+			n++
+		}
+		if n < 3 || 4*n < 3*min(len(lw), len(lc)) {
+			continue
+		}
+		if found != "" {
+			return ""
+		}
+		found = c
+	}
+	return found
 }
 
 // oneOf formats valid values for a hint: "use one of deny, allowlist, allow".

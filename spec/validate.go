@@ -32,6 +32,9 @@ func Rungs() []string {
 	return []string{"firecracker", "qemu", "smolvm", "bwrap", "landlock", "docker", "pod", "host"}
 }
 
+// HTTPAgentMethods lists target.agent.http.method values (any case).
+func HTTPAgentMethods() []string { return []string{"POST", "PUT", "PATCH"} }
+
 // RecordingModes lists harness.builtin.recording.mode values.
 func RecordingModes() []string { return []string{"record", "replay"} }
 
@@ -157,6 +160,17 @@ func (v *validator) add(path, hint, format string, args ...any) {
 	v.errs = append(v.errs, v.f.newError(path, hint, format, args...))
 }
 
+// addKey is add for a problem with a map's key: it points at the key, not
+// at its value.
+func (v *validator) addKey(path, hint, format string, args ...any) {
+	e := v.f.newError(path, hint, format, args...)
+	if v.f != nil {
+		p := v.f.keyPos(path)
+		e.Line, e.Column = p.Line, p.Column
+	}
+	v.errs = append(v.errs, e)
+}
+
 // enum checks that got is one of values; empty is left to the caller.
 func (v *validator) enum(path, what, got string, values []string) {
 	if got != "" && !slices.Contains(values, got) {
@@ -166,14 +180,20 @@ func (v *validator) enum(path, what, got string, values []string) {
 
 func (v *validator) nonNegative(path string, n float64) {
 	if n < 0 {
-		v.add(path, "", "%s must not be negative", path)
+		v.add(path, "use 0 or a positive number", "%s is negative (%v)", path, n)
 	}
 }
 
-// line is the line of a path, for messages that name two places.
-func (v *validator) where(path string) string {
+// where names the place of path for a message positioned at from, when
+// the message names two places: its line, or its column when both are on
+// one line (a flow list such as ladder: [bwrap, bwrap]); its field path
+// for a spec not loaded from a file.
+func (v *validator) where(path, from string) string {
 	if v.f != nil {
 		if p := v.f.Pos(path); p.IsValid() {
+			if p.Line == v.f.Pos(from).Line {
+				return "column " + strconv.Itoa(p.Column)
+			}
 			return "line " + strconv.Itoa(p.Line)
 		}
 	}
@@ -186,17 +206,18 @@ func (v *validator) spec(s *Spec) {
 		return
 	}
 	if s.Trials < 1 {
-		v.add("trials", "", "trials must be at least 1")
+		v.add("trials", "trials is how many times each record runs: use 1 or more, or leave it out for 1", "trials must be at least 1 (it is %d)", s.Trials)
 	}
 	if s.Concurrency < 1 {
-		v.add("concurrency", "", "concurrency must be at least 1")
+		v.add("concurrency", "concurrency bounds the trials in flight: use 1 or more, or leave it out for 2 × CPUs", "concurrency must be at least 1 (it is %d)", s.Concurrency)
 	}
 	if s.Retries != nil && *s.Retries < 0 {
-		v.add("retries", "", "retries must not be negative")
+		v.add("retries", "retries is how often a trial that hit an infrastructure error runs again: use 0 for none, or leave it out for 2", "retries is negative (%d)", *s.Retries)
 	}
 	if s.Caps != nil {
 		v.caps(s.Caps)
 	}
+	v.runBudget(s.Budget) // spec/budget.go
 	v.dataset(&s.Dataset)
 	v.target(s)
 	if s.Judge != nil {
@@ -286,7 +307,7 @@ func (v *validator) dataset(d *Dataset) {
 			continue
 		}
 		if j, dup := first[r.ID]; dup {
-			v.add(p+".id", "", "duplicate record id %q at %s (first at %s)", r.ID, v.where(p+".id"), v.where(indexPath("dataset.records", j)+".id"))
+			v.add(p+".id", "give every record a unique id", "duplicate record id %q (first at %s)", r.ID, v.where(indexPath("dataset.records", j)+".id", p+".id"))
 			continue
 		}
 		first[r.ID] = i
@@ -319,7 +340,7 @@ func (v *validator) modelRef(path string, m *ModelRef) {
 		v.enum(path+".connector", "connector", m.Connector, Connectors())
 	}
 	if m.Model == "" {
-		v.add(path, "", "%s needs a model", path)
+		v.add(path, "set model to the provider's model name, e.g. model: gpt-5", "%s needs a model", path)
 	}
 	if m.Connector == "scripted" {
 		switch {
@@ -354,31 +375,34 @@ func (v *validator) agent(path string, a *Agent) {
 	if a.A2A != nil {
 		kinds = append(kinds, "a2a")
 		if a.A2A.URL == "" {
-			v.add(path+".a2a", "", "the a2a agent needs url")
+			v.add(path+".a2a", "set url to the agent's A2A endpoint, e.g. http://127.0.0.1:9999", "the a2a agent needs url")
 		}
 	}
 	if a.MCP != nil {
 		kinds = append(kinds, "mcp")
 		if a.MCP.URL == "" || a.MCP.Tool == "" {
-			v.add(path+".mcp", "", "the mcp agent needs url and tool")
+			v.add(path+".mcp", "set url (the MCP server's streamable HTTP endpoint) and tool (the tool that takes a task)", "the mcp agent needs url and tool")
 		}
 	}
 	if a.Responses != nil {
 		kinds = append(kinds, "responses")
 		if a.Responses.BaseURL == "" || a.Responses.Model == "" {
-			v.add(path+".responses", "", "the responses agent needs base_url and model")
+			v.add(path+".responses", "set base_url (e.g. http://127.0.0.1:8000/v1) and model", "the responses agent needs base_url and model")
 		}
 	}
 	if a.HTTP != nil {
 		kinds = append(kinds, "http")
 		if a.HTTP.URL == "" {
-			v.add(path+".http", "", "the http agent needs url")
+			v.add(path+".http", "set url to the endpoint that takes a task", "the http agent needs url")
+		}
+		if m := a.HTTP.Method; m != "" && !slices.Contains(HTTPAgentMethods(), strings.ToUpper(m)) {
+			v.add(path+".http.method", "use POST (the default), PUT or PATCH: the task is sent in the JSON body", "bad method %q", m)
 		}
 	}
 	if a.CLI != nil {
 		kinds = append(kinds, "cli")
 		if strings.TrimSpace(a.CLI.Command) == "" {
-			v.add(path+".cli", "", "the cli agent needs command")
+			v.add(path+".cli", "set command, e.g. command: claude -p {instruction}", "the cli agent needs command")
 		}
 		for i, h := range a.CLI.AllowHosts {
 			v.hostPort(indexPath(path+".cli.allow_hosts", i), h)
@@ -423,7 +447,7 @@ func (v *validator) harness(s *Spec) {
 			}
 		}
 		if n != 1 {
-			v.add("harness.external", "", "harness.external needs exactly one of address, command or python")
+			v.add("harness.external", "set address (a harness already running), command (one to start) or python (module:Class)", "harness.external needs exactly one of address, command or python")
 		}
 		if e.Python != "" && !parserFuncRE.MatchString(e.Python) {
 			v.add("harness.external.python", "write it as module:Class, e.g. evalsi_taubench:TauBenchHarness", "bad python class %q", e.Python)
@@ -446,19 +470,28 @@ func (v *validator) builtin(s *Spec, path string, b *Builtin) {
 		v.nonNegative(pp+".output", p.Output)
 	}
 	if t := b.Tools; t != nil {
+		servers := map[string]int{}
 		for i, m := range t.MCP {
 			p := indexPath(path+".tools.mcp", i)
 			if (m.URL == "") == (len(m.Command) == 0) {
-				v.add(p, "", "an MCP server needs exactly one of url or command")
+				v.add(p, "give url for a streamable HTTP server, or command for one over stdio", "an MCP server needs exactly one of url or command")
+			}
+			if m.Name == "" {
+				continue
+			}
+			if j, dup := servers[m.Name]; dup {
+				v.add(p+".name", "give each server its own name: its tools are exposed as <name>__<tool>", "duplicate MCP server name %q (first at %s)", m.Name, v.where(indexPath(path+".tools.mcp", j)+".name", p+".name"))
+			} else {
+				servers[m.Name] = i
 			}
 		}
 		names := map[string]int{}
 		for i, m := range t.Mocks {
 			p := indexPath(path+".tools.mocks", i)
 			if m.Name == "" {
-				v.add(p, "", "a mock tool needs a name")
+				v.add(p, "set name to the tool's name as the agent calls it", "a mock tool needs a name")
 			} else if j, dup := names[m.Name]; dup {
-				v.add(p+".name", "", "duplicate mock tool %q at %s (first at %s)", m.Name, v.where(p+".name"), v.where(indexPath(path+".tools.mocks", j)+".name"))
+				v.add(p+".name", "give each mock tool its own name", "duplicate mock tool %q (first at %s)", m.Name, v.where(indexPath(path+".tools.mocks", j)+".name", p+".name"))
 			} else {
 				names[m.Name] = i
 			}
@@ -469,7 +502,7 @@ func (v *validator) builtin(s *Spec, path string, b *Builtin) {
 		for i, f := range t.Faults {
 			p := indexPath(path+".tools.faults", i)
 			if f.Tool == "" {
-				v.add(p, "", "a fault needs tool")
+				v.add(p, "name the tool to fail, e.g. tool: bash", "a fault needs tool")
 			}
 			if f.Kind == "" {
 				v.add(p, oneOf(FaultKinds()), "a fault needs kind")
@@ -498,7 +531,7 @@ func (v *validator) builtin(s *Spec, path string, b *Builtin) {
 		}
 		v.enum(p+".mode", "recording mode", r.Mode, RecordingModes())
 		if r.Dir == "" {
-			v.add(p, "", "recording needs dir")
+			v.add(p, "set dir to the directory that holds the recordings (relative to the spec file)", "recording needs dir")
 		}
 		v.nonNegative(p+".branch_at_step", float64(r.BranchAtStep))
 		if r.BranchAtStep > 0 && r.Mode == "record" {
@@ -521,12 +554,12 @@ func (v *validator) environment(path string, e *Environment) {
 	v.enum(path+".setup_network", "setup_network", e.SetupNetwork, SetupNetworkModes())
 	for k := range e.Files {
 		if strings.TrimSpace(k) == "" {
-			v.add(path+".files", "", "a file needs a name")
+			v.add(path+".files", "key each file by its path, relative to the workdir", "a file needs a name")
 		}
 	}
 	for k := range e.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			v.add(childPath(path+".env", k), "", "bad environment variable name %q", k)
+			v.addKey(childPath(path+".env", k), "a name must not be empty or hold = or NUL", "bad environment variable name %q", k)
 		}
 	}
 	if sb := e.Sandbox; sb != nil {
@@ -584,7 +617,7 @@ func (v *validator) environment(path string, e *Environment) {
 			v.add(p+".patch_file", "set patch_file to where the checker reads the agent's diff, e.g. /tmp/agent.patch", "a fresh checker needs patch_file: the agent's diff is all that reaches it")
 		}
 		if c.PatchFile != "" && strings.ContainsRune(c.PatchFile, 0) {
-			v.add(p+".patch_file", "", "bad patch_file %q", c.PatchFile)
+			v.add(p+".patch_file", "a path cannot hold a NUL byte", "bad patch_file %q", c.PatchFile)
 		}
 	}
 }
@@ -632,7 +665,7 @@ func (v *validator) sandbox(path string, sb *SandboxPolicy) {
 			continue
 		}
 		if seen[r] {
-			v.add(p, "", "rung %q is listed twice", r)
+			v.add(p, "list each rung once", "rung %q is listed twice (first at %s)", r, v.where(indexPath(path+".ladder", slices.Index(sb.Ladder, r)), p))
 		}
 		seen[r] = true
 		if r == "host" && !sb.AllowUnsafeHost {
@@ -683,7 +716,7 @@ func (v *validator) evaluators(s *Spec) {
 			continue
 		}
 		if j, dup := names[ev.Name]; dup {
-			v.add(p+".name", "", "evaluator %q is listed twice (first at %s)", ev.Name, v.where(indexPath("evaluators", j)+".name"))
+			v.add(p+".name", "list each evaluator once, with all its options in that entry", "evaluator %q is listed twice (first at %s)", ev.Name, v.where(indexPath("evaluators", j)+".name", p+".name"))
 		}
 		names[ev.Name] = i
 		// Options that do not belong to this evaluator.
@@ -717,7 +750,7 @@ func (v *validator) evaluators(s *Spec) {
 		v.enum(p+".mode", "trajectory-match mode", ev.Mode, TrajectoryMatchModes())
 		if ev.Pattern != "" {
 			if _, err := regexp.Compile(ev.Pattern); err != nil {
-				v.add(p+".pattern", "", "bad pattern: %v", err)
+				v.add(p+".pattern", "write a Go (RE2) regular expression; YAML single quotes keep backslashes as written", "bad pattern: %v", err)
 			}
 		}
 	}

@@ -172,6 +172,15 @@ func (r *run) stop(reason, detail string) (agent.Result, error) {
 	return r.res, nil
 }
 
+// modelError is a failed model call. The engine files it under the error
+// kind model, as it does a plain run's, rather than under agent; its text
+// says where the call was, the kind is shown beside it.
+type modelError struct{ err error }
+
+func (e *modelError) Error() string     { return e.err.Error() }
+func (e *modelError) Unwrap() error     { return e.err }
+func (e *modelError) ErrorKind() string { return "model" }
+
 // fail records an infrastructure error (best effort: the sink may be what
 // failed) and returns it.
 func (r *run) fail(kind string, err error) (agent.Result, error) {
@@ -300,7 +309,7 @@ func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
 			if res, done, ierr := r.interrupted(ctx, loop); done {
 				return res, ierr
 			}
-			return r.fail("model", fmt.Errorf("model call %d: %w", step, err))
+			return r.fail("model", &modelError{fmt.Errorf("step %d: %w", step, err)})
 		}
 		r.steps = step
 		callMS := since(start)
@@ -319,7 +328,8 @@ func (a *Agent) Run(ctx context.Context, t agent.Task) (agent.Result, error) {
 		r.res.CostUSD += usd
 		if err := r.emit(trajectory.Event{Kind: trajectory.KindModelCall, Step: step, DurationMS: callMS,
 			ModelCall: &trajectory.ModelCall{Model: firstNonEmpty(resp.Model, a.model), Usage: resp.Usage,
-				CostUSD: usd, StopReason: resp.StopReason, Role: "agent"}}); err != nil {
+				CostUSD: usd, StopReason: resp.StopReason, Role: "agent",
+				Provider: resp.Provider, RequestModel: a.model, ResponseModel: resp.Model, ResponseID: resp.ID}}); err != nil {
 			return r.fail("store", err)
 		}
 
