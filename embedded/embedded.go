@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -225,6 +226,51 @@ func (a *App) Close() error {
 // RunOptions tune one run.
 type RunOptions struct {
 	OnProgress func(engine.Progress)
+	// OnRunning, when set, is called when the number of trials in flight
+	// changes, with Progress.Running updated and Last nil (OnProgress is
+	// called only when a trial finishes).
+	OnRunning func(engine.Progress)
+	// MaxCostUSD (--max-cost), when positive, caps the run's spend in USD
+	// (every attempt's cost, retries included), overriding the spec's
+	// budget.usd: once spend reaches it no further trial starts, and the
+	// rest wait for a resume. Run stores it with the run's spec, so a later
+	// resume keeps the cap; Resume's replaces it for that resume.
+	MaxCostUSD float64
+	// MaxTokens, when positive, overrides budget.tokens the same way.
+	MaxTokens int
+}
+
+// budgetErr refuses a negative cap: a usage error.
+func (o RunOptions) budgetErr() error {
+	switch {
+	case o.MaxCostUSD < 0 || math.IsNaN(o.MaxCostUSD) || math.IsInf(o.MaxCostUSD, 0):
+		return SpecError{Err: fmt.Errorf("--max-cost %v: give a positive amount of USD (e.g. --max-cost 5), or leave it out for no cap", o.MaxCostUSD)}
+	case o.MaxTokens < 0:
+		return SpecError{Err: fmt.Errorf("the token cap %d is negative: give a positive number of tokens, or 0 for none", o.MaxTokens)}
+	}
+	return nil
+}
+
+// withBudget is s with o's caps written into its top-level budget (s
+// itself unchanged), so the spec stored with the run holds the cap it ran
+// under.
+func (o RunOptions) withBudget(s *spec.Spec) *spec.Spec {
+	if o.MaxCostUSD <= 0 && o.MaxTokens <= 0 {
+		return s
+	}
+	c := *s
+	var b spec.Budget
+	if s.Budget != nil {
+		b = *s.Budget
+	}
+	if o.MaxCostUSD > 0 {
+		b.USD = o.MaxCostUSD
+	}
+	if o.MaxTokens > 0 {
+		b.Tokens = o.MaxTokens
+	}
+	c.Budget = &b
+	return &c
 }
 
 // SpecError is a problem with the spec found while building the plan (an
@@ -235,6 +281,9 @@ type SpecError = planner.SpecError
 // its pending trials go to the store, one in-process worker leases and runs
 // them, and the run is finalized from what the store holds, as on a server.
 func (a *App) Run(ctx context.Context, f *spec.File, o RunOptions) (*engine.Summary, error) {
+	if err := o.budgetErr(); err != nil {
+		return nil, err
+	}
 	records, err := a.planner.Records(ctx, f)
 	if err != nil {
 		return nil, err
@@ -248,12 +297,13 @@ func (a *App) Run(ctx context.Context, f *spec.File, o RunOptions) (*engine.Summ
 	// and redacts them from every text it keeps.
 	a.store.AddSecrets(f.Spec.SecretValues(a.getenv)...)
 	run, err := runqueue.Submit(ctx, a.store, runqueue.Submission{
-		Name: plan.Name, SpecPath: plan.SpecPath, Spec: f.Spec, Records: records, Limits: plan.Limits,
+		Name: plan.Name, SpecPath: plan.SpecPath, Spec: o.withBudget(f.Spec), Records: records, Limits: plan.Limits,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return a.work(ctx, run.ID, plan, len(records), nil, o)
+	budget := engine.NewBudget(engine.RunBudgetOf(f.Spec, o.MaxCostUSD, o.MaxTokens), time.Now())
+	return a.work(ctx, run.ID, plan, len(records), nil, budget, o)
 }
 
 func closePlan(p *engine.Plan) {
@@ -282,7 +332,7 @@ func (p onePlan) Plan(_ context.Context, runID string) (*engine.Plan, error) {
 // worker and finalizes it. done are its trials finished before (resume),
 // for progress. With OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, the run is
 // also exported as spans.
-func (a *App) work(ctx context.Context, runID string, plan *engine.Plan, records int, done []*engine.Outcome, o RunOptions) (*engine.Summary, error) {
+func (a *App) work(ctx context.Context, runID string, plan *engine.Plan, records int, done []*engine.Outcome, budget *engine.Budget, o RunOptions) (*engine.Summary, error) {
 	tr, err := telemetry.Start(ctx, telemetry.WithRedact(a.store.RedactJSON))
 	if err != nil {
 		return nil, err
@@ -292,7 +342,7 @@ func (a *App) work(ctx context.Context, runID string, plan *engine.Plan, records
 			a.logger.Warn("exporting the run's spans", "err", err)
 		}
 	}()
-	tr.RunStarted(ctx, telemetry.RunInfo{ID: runID, Name: plan.Name, SpecPath: plan.SpecPath, Records: records, Trials: plan.Limits.Trials})
+	tr.RunStarted(ctx, telemetry.RunInfo{ID: runID, Name: plan.Name, SpecPath: plan.SpecPath, Records: records, Trials: plan.Limits.Trials, Spec: plan.Spec})
 	tracker := engine.NewTracker(records*plan.Limits.Trials, plan.Pass, plan.Providers)
 	for _, d := range done {
 		tracker.Add(d)
@@ -309,10 +359,16 @@ func (a *App) work(ctx context.Context, runID string, plan *engine.Plan, records
 		Slots:        plan.Limits.Concurrency,
 		Runs:         []string{runID},
 		ExitWhenIdle: true,
+		Budget:       budget,
 		Logger:       a.logger.With("run", runID),
 		OnOutcome: func(oc *engine.Outcome, final bool) {
 			if final && o.OnProgress != nil {
 				o.OnProgress(tracker.Add(oc))
+			}
+		},
+		OnInFlight: func(n int) {
+			if o.OnRunning != nil {
+				o.OnRunning(tracker.SetRunning(n))
 			}
 		},
 		OnUnrecorded: func(_ *engine.Lease, err error) {
@@ -329,6 +385,7 @@ func (a *App) work(ctx context.Context, runID string, plan *engine.Plan, records
 	// Record the end even when interrupted: the caller's context is done.
 	sum, err := runqueue.Finalize(context.WithoutCancel(ctx), a.store, runID, runqueue.FinalizeOptions{
 		Evaluators: plan.Evaluators, Interrupted: ctx.Err() != nil, Elapsed: time.Since(start), Unrecorded: unrecorded,
+		Stopped: budget.Stopped(),
 	})
 	if sum != nil {
 		errMsg := ""

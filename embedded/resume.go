@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
 	"path/filepath"
+	"time"
 
 	"evals.si/engine"
 	"evals.si/runqueue"
@@ -32,6 +32,9 @@ func (e ResumeError) Unwrap() error { return e.Err }
 // The process that ran the run must be gone: resume cannot tell a live run
 // from a killed one, and two engines on one run would race.
 func (a *App) Resume(ctx context.Context, runID string, o RunOptions) (*engine.Summary, error) {
+	if err := o.budgetErr(); err != nil {
+		return nil, err
+	}
 	run, err := a.store.GetRun(ctx, runID)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrAmbiguous) {
@@ -83,8 +86,19 @@ func (a *App) Resume(ctx context.Context, runID string, o RunOptions) (*engine.S
 	if err != nil {
 		return nil, ResumeError{fmt.Errorf("resuming run %s: %w", run.ID, err)}
 	}
+	// The cap is the run's whole spend: what its trials spent before
+	// (unfinished ones' errored attempts included) counts against it. The
+	// wall clock runs from this resume.
+	budget := engine.NewBudget(engine.RunBudgetOf(s, o.MaxCostUSD, o.MaxTokens), time.Now())
+	if trials, err = a.store.ListTrials(ctx, run.ID); err != nil {
+		return nil, err
+	}
+	for _, t := range trials { // each trial's current attempt: its spend counts the earlier ones
+		budget.Add(&engine.Outcome{RecordID: t.RecordID, Trial: t.Trial, Usage: t.Usage, CostUSD: t.CostUSD,
+			Spend: engine.Spend{Usage: t.SpendUsage, CostUSD: t.SpendCostUSD}})
+	}
 	a.logger.Info("resuming run", "run", run.ID, "finished", len(done), "total", len(records)*plan.Limits.Trials)
-	return a.work(ctx, run.ID, plan, len(records), done, o)
+	return a.work(ctx, run.ID, plan, len(records), done, budget, o)
 }
 
 func specDir(path string) string {

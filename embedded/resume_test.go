@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -100,7 +101,7 @@ func TestResumeFinishesInterruptedRun(t *testing.T) {
 	if len(resumedProgress) == 0 || resumedProgress[0].Done <= 5 || resumedProgress[len(resumedProgress)-1].Done != 24 || len(resumedProgress) >= 24 {
 		t.Errorf("resumed progress: %d updates, first done %d", len(resumedProgress), resumedProgress[0].Done)
 	}
-	if fmt.Sprint(sum.Scores) != fmt.Sprint(ref.Scores) || fmt.Sprintf("%+v", sum.Aggregate) != fmt.Sprintf("%+v", ref.Aggregate) {
+	if fmt.Sprint(sum.Scores) != fmt.Sprint(ref.Scores) || !reflect.DeepEqual(sum.Aggregate, ref.Aggregate) {
 		t.Errorf("resumed summary %v %+v\nuninterrupted %v %+v", sum.Scores, sum.Aggregate, ref.Scores, ref.Aggregate)
 	}
 	run, err := a.Store().GetRun(ctx, sum.RunID)

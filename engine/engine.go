@@ -104,9 +104,12 @@ type ErrorKinder interface{ ErrorKind() string }
 // Progress is a snapshot for live displays.
 type Progress struct {
 	Total, Done, Errored, Passing int
-	CostUSD                       float64
-	Elapsed                       time.Duration
-	// Last is the trial that just finished.
+	// Running counts the trials in flight (attempts being run) when known.
+	Running int
+	CostUSD float64
+	Elapsed time.Duration
+	// Last is the trial that just finished; nil in an update that only
+	// says how many are running (Tracker.SetRunning).
 	Last *Outcome
 	// Providers are the model providers' adaptive concurrency limits.
 	Providers []model.LimiterState
@@ -188,6 +191,12 @@ type Summary struct {
 	Elapsed            float64 `json:"elapsed_seconds"`
 	// ErrorsByKind counts errored trials per error kind.
 	ErrorsByKind map[string]int `json:"errors_by_kind,omitempty"`
+	// NotStarted counts the trials a run stopped by its budget did not
+	// start (budget.go); they wait, pending, for a resume.
+	NotStarted int `json:"not_started,omitempty"`
+	// Stopped is why the run stopped starting trials ("budget $0.50
+	// reached"); "" for a run its budget did not stop. See Label.
+	Stopped string `json:"stopped,omitempty"`
 }
 
 func passed(o *Outcome, name string) bool {

@@ -44,6 +44,18 @@ func (t *Tracker) Add(o *Outcome) Progress {
 	return t.prog
 }
 
+// SetRunning records how many trials are in flight and returns the
+// progress, with no trial just finished (Last nil).
+func (t *Tracker) SetRunning(n int) Progress {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.prog.Running = n
+	t.prog.Elapsed = time.Since(t.start)
+	p := t.prog
+	p.Last = nil
+	return p
+}
+
 // SortOutcomes puts outcomes in plan order (trial, then record order), so a
 // run's summary does not depend on scheduling (float sums are
 // order-sensitive) and a resumed or distributed run sums exactly like an

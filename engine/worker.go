@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"evals.si/internal/errtext"
 	"evals.si/trajectory"
 )
 
@@ -44,6 +45,14 @@ type Worker struct {
 	// OnUnrecorded, when set, is called when an attempt's outcome could
 	// not be recorded (other than a lost lease): the trial stays unfinished.
 	OnUnrecorded func(l *Lease, err error)
+	// OnInFlight, when set, is called with the number of attempts in
+	// flight each time it changes (for live progress: trials running).
+	OnInFlight func(n int)
+	// Budget, when set, is the run's spend cap (a worker of one run, as in
+	// embedded mode): once it says Stopped the worker leases no further
+	// attempt, lets those in flight finish, and (ExitWhenIdle) returns,
+	// the run's other trials left pending for a resume.
+	Budget *Budget
 }
 
 // Run leases and runs attempts until ctx is done (or, with ExitWhenIdle,
@@ -70,6 +79,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		// pending wake-up is enough).
 		freed = make(chan struct{}, 1)
 		outMu sync.Mutex
+		// stopLogged: the budget's stop is logged once.
+		stopLogged bool
 	)
 	defer wg.Wait()
 	for {
@@ -86,7 +97,13 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		l, err := w.Queue.Lease(ctx, LeaseRequest{Worker: w.Name, TTL: ttl, Runs: w.Runs})
+		var (
+			l   *Lease
+			err error
+		)
+		if w.budgetStop(&stopLogged) == "" { // stopped: nothing to lease
+			l, err = w.Queue.Lease(ctx, LeaseRequest{Worker: w.Name, TTL: ttl, Runs: w.Runs})
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -119,11 +136,18 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		mu.Lock()
 		inFlight++
+		if w.OnInFlight != nil {
+			w.OnInFlight(inFlight)
+		}
 		mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			o, final := w.attempt(ctx, p, l)
+			if o != nil && w.Budget != nil {
+				// Counted before the slot frees, so the next lease sees it.
+				w.Budget.Add(o)
+			}
 			if o != nil && w.OnOutcome != nil {
 				outMu.Lock()
 				w.OnOutcome(o, final)
@@ -131,6 +155,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			mu.Lock()
 			inFlight--
+			if w.OnInFlight != nil {
+				w.OnInFlight(inFlight)
+			}
 			mu.Unlock()
 			select {
 			case freed <- struct{}{}:
@@ -138,6 +165,21 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 		}()
 	}
+}
+
+// budgetStop is why the budget lets no further attempt start, "" when
+// it lets one (or there is no budget). It logs the stop once.
+func (w *Worker) budgetStop(logged *bool) string {
+	if w.Budget == nil {
+		return ""
+	}
+	reason := w.Budget.Stopped()
+	if reason != "" && !*logged {
+		*logged = true
+		spent := w.Budget.Spent()
+		w.logger().Info("no further trial starts: "+reason, "spent_usd", spent.CostUSD, "spent_tokens", spent.Usage.Total())
+	}
+	return reason
 }
 
 func (w *Worker) ttl() time.Duration {
@@ -309,7 +351,6 @@ func runAttempt(ctx context.Context, log *slog.Logger, p *Plan, l *Lease, write 
 		o.Error = err.Error()
 		o.Evaluations = nil
 		_ = tc.Emit.Emit(trajectory.Event{Kind: trajectory.KindError, Error: &trajectory.Error{Kind: o.ErrorKind, Message: o.Error}})
-		log.Warn("trial errored", "record", l.Record.ID, "trial", l.Trial, "attempt", l.Attempt, "kind", o.ErrorKind, "err", err)
 	} else {
 		o.Status = TrialCompleted
 	}
@@ -321,7 +362,6 @@ func runAttempt(ctx context.Context, log *slog.Logger, p *Plan, l *Lease, write 
 		// reproducible: an infrastructure error, retried.
 		err = ferr
 		o.Status, o.ErrorKind, o.Error, o.Evaluations = TrialErrored, "infra", ferr.Error(), nil
-		log.Warn("trial errored", "record", l.Record.ID, "trial", l.Trial, "attempt", l.Attempt, "kind", o.ErrorKind, "err", ferr)
 	}
 	o.Started, o.Finished = started, time.Now()
 	o.Timing = m.timing(o.Finished.Sub(started))
@@ -335,7 +375,23 @@ func runAttempt(ctx context.Context, log *slog.Logger, p *Plan, l *Lease, write 
 	evMu.Unlock()
 	o.Spend = l.Prior.add(attemptSpend)
 	retry := o.Status == TrialErrored && retryable(err) && l.RetriesUsed < lim.Retries
+	if o.Status == TrialErrored {
+		logTrialError(log, l, o, retry, lim.Retries)
+	}
 	return o, retry
+}
+
+// logTrialError logs an errored attempt: one Warn line when it is retried,
+// saying so; the final error at Info only, as the run's progress and
+// summary report it (on a terminal it would otherwise show twice).
+func logTrialError(log *slog.Logger, l *Lease, o *Outcome, retry bool, retries int) {
+	if retry {
+		msg := errtext.OneLine(o.Error, 300)
+		log.Warn(fmt.Sprintf("retrying trial %s #%d (attempt %d/%d): %s: %s", l.Record.ID, l.Trial, l.RetriesUsed+2, retries+1, o.ErrorKind, msg),
+			"record", l.Record.ID, "trial", l.Trial, "attempt", l.Attempt, "kind", o.ErrorKind)
+		return
+	}
+	log.Info("trial errored", "record", l.Record.ID, "trial", l.Trial, "attempt", l.Attempt, "kind", o.ErrorKind, "err", o.Error)
 }
 
 // planCache plans each run once per worker. A failed plan is not kept: the

@@ -151,6 +151,10 @@ type FinalizeOptions struct {
 	// Unrecorded, when set, is why a trial's result could not be recorded
 	// (the first such error the worker saw).
 	Unrecorded error
+	// Stopped, when set, is why the worker stopped starting trials (the
+	// run's budget, engine.Budget): its pending trials were not started and
+	// wait for a resume; the run ends interrupted, saying so.
+	Stopped string
 }
 
 // Finalize summarizes a run from its stored trials and records its end:
@@ -182,7 +186,7 @@ func Finalize(ctx context.Context, st Store, runID string, o FinalizeOptions) (*
 	}
 	trials := max(s.Trials, 1)
 	nRecords := total / trials
-	status, errMsg := engine.StatusCompleted, ""
+	status, errMsg, notStarted := engine.StatusCompleted, "", 0
 	unfinished := counts[store.TrialPending] + counts[store.TrialRunning]
 	switch {
 	case run.Status == store.RunCancelled:
@@ -192,6 +196,12 @@ func Finalize(ctx context.Context, st Store, runID string, o FinalizeOptions) (*
 		status = store.RunCancelled
 	case o.Interrupted:
 		status = engine.StatusInterrupted
+	case o.Stopped != "" && counts[store.TrialPending] > 0 && counts[store.TrialRunning] == 0:
+		// Interrupted, not failed: nothing was lost, the trials the budget
+		// held back are pending and a resume with a higher cap runs them.
+		status = engine.StatusInterrupted
+		notStarted = counts[store.TrialPending]
+		errMsg = engine.StoppedLabel(o.Stopped, notStarted) + "; " + engine.ResumeHint(o.Stopped, runID)
 	case unfinished > 0:
 		// The worker is gone and these trials have no recorded result: they
 		// count as errored (kind store) in this summary, so the run's means
@@ -206,6 +216,9 @@ func Finalize(ctx context.Context, st Store, runID string, o FinalizeOptions) (*
 		}
 	}
 	sum := engine.Summarize(runID, run.Name, status, nRecords, trials, outcomes, o.Evaluators)
+	if notStarted > 0 {
+		sum.NotStarted, sum.Stopped = notStarted, o.Stopped
+	}
 	sum.Elapsed = o.Elapsed.Seconds()
 	if o.Elapsed == 0 {
 		sum.Elapsed = time.Since(run.CreatedAt).Seconds()
