@@ -264,8 +264,15 @@ func (p *Proxy) Start(ctx context.Context) error {
 		},
 		Transport:     p.transport,
 		FlushInterval: -1,
+		// The stdlib's own lines (a body cut short mid-copy, …) go to
+		// slog at Debug, not to the process's stderr through package log.
+		ErrorLog: slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			p.logger.Warn("egress upstream error", "host", r.URL.Host, "method", r.Method, "err", err)
+			lvl := slog.LevelWarn
+			if errors.Is(err, context.Canceled) {
+				lvl = slog.LevelDebug // the client went away: nothing to report
+			}
+			p.logger.Log(r.Context(), lvl, "egress upstream error", "host", r.URL.Host, "method", r.Method, "err", err)
 			http.Error(w, "egress proxy: upstream error: "+err.Error(), http.StatusBadGateway)
 		},
 	}

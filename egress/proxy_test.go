@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -457,3 +460,67 @@ func (s *dnsServer) resolver() *net.Resolver {
 		return d.DialContext(ctx, "udp", s.conn.LocalAddr().String())
 	}}
 }
+
+// The standard library's own log lines (here ReverseProxy's about a body
+// cut short mid-copy) go to the proxy's logger at Debug, never to package
+// log, which writes to the terminal.
+func TestStdlibLogLinesGoToSlogDebug(t *testing.T) {
+	// An upstream that promises 100 bytes and hangs up after 10.
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "0123456789")
+		w.(http.Flusher).Flush()
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	defer up.Close()
+
+	var std strings.Builder
+	var stdMu sync.Mutex
+	log.SetOutput(writerFunc(func(b []byte) (int, error) { stdMu.Lock(); defer stdMu.Unlock(); return std.Write(b) }))
+	defer log.SetOutput(os.Stderr)
+	var logs syncLog
+	p := New(Policy{AllowHosts: []string{hostPort(t, up.URL)}, SocketDir: t.TempDir()},
+		slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), nil)
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	resp, err := client(p, http.DefaultTransport.(*http.Transport), false).Get(up.URL)
+	if err == nil {
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	if err == nil {
+		t.Fatal("the cut body read whole through the proxy")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "ReverseProxy read error during body copy") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := logs.String(); !strings.Contains(got, "level=DEBUG") || !strings.Contains(got, "ReverseProxy read error during body copy") {
+		t.Errorf("the proxy's logger did not get the stdlib's line at Debug:\n%s", got)
+	}
+	stdMu.Lock()
+	defer stdMu.Unlock()
+	if std.Len() > 0 {
+		t.Errorf("package log (the terminal) got: %s", std.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// syncLog is a log sink the proxy's goroutines write while the test reads.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncLog) Write(b []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(b) }
+func (s *syncLog) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

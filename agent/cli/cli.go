@@ -28,7 +28,12 @@
 //     message, tool_call and tool_result events, with token usage and cost
 //     where the format reports them. Without it, standard output is the
 //     answer and the run has no steps. The output is parsed after the
-//     command ends, one line at a time, and is bounded by the output cap.
+//     command ends, one line at a time, and is bounded by the output cap;
+//     it streams while the command runs, and each event carries the time
+//     its line arrived (a model call lasts from the line before it, a tool
+//     from its call to its result). The model calls add up to the trial's
+//     usage and cost: a session total the format reports (Claude Code's
+//     result) is shared out over them.
 //   - A non-zero exit is the agent's outcome, not an infrastructure error:
 //     it is recorded (a log event with the tail of stderr, and the stop
 //     reason StopExited) and the checker still grades the end state. The run
@@ -51,6 +56,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"evals.si/agent"
@@ -290,7 +296,17 @@ func (r *run) turn(ctx context.Context, instruction string) (string, stopInfo, e
 		req.OutputLimit = max(outputLimit, sandbox.OutputLimit(req))
 	}
 	start := time.Now()
+	// Stdout's pieces are timed as they arrive, so each event of the
+	// agent's output carries the time its line was written, not the time
+	// the output was read after the command ended.
+	arr := &arrivals{}
+	req.Output = func(stderr bool, b []byte) {
+		if !stderr {
+			arr.add(len(b), time.Now())
+		}
+	}
 	res, err := r.task.Sandbox.Exec(ctx, req)
+	end := time.Now()
 	if err == nil && ctx.Err() != nil {
 		// The command was killed because the caller gave up, not by its
 		// own doing: that is no outcome of the agent's.
@@ -299,7 +315,7 @@ func (r *run) turn(ctx context.Context, instruction string) (string, stopInfo, e
 	if err != nil {
 		return "", stopInfo{}, fmt.Errorf("running the agent command in the sandbox: %w", err)
 	}
-	r.log.Debug("cli agent command ended", "exit", res.ExitCode, "timed_out", res.TimedOut, "took", time.Since(start), "stdout_bytes", len(res.Stdout))
+	r.log.Debug("cli agent command ended", "exit", res.ExitCode, "timed_out", res.TimedOut, "took", end.Sub(start), "stdout_bytes", len(res.Stdout), "streamed_bytes", arr.bytes())
 	if !res.TimedOut && (res.ExitCode == 126 || res.ExitCode == 127) {
 		return "", stopInfo{}, fmt.Errorf("the agent command could not start (sh exited %d: not found or not executable; is it installed by cli.install or the image?): %s", res.ExitCode, r.a.redactString(tail(res.Stderr, 1000)))
 	}
@@ -323,7 +339,8 @@ func (r *run) turn(ctx context.Context, instruction string) (string, stopInfo, e
 			return "", stopInfo{}, err
 		}
 	} else {
-		p := &parser{emit: r.emitStep, base: r.steps, pricing: a.pricing}
+		p := &parser{emit: r.emitStep, base: r.steps, pricing: a.pricing, now: start,
+			arrived: func(off int) time.Time { return arr.at(off, end) }}
 		sum, err = parseFormat(a.cfg.OutputFormat, res.Stdout, p)
 		if err != nil {
 			return "", stopInfo{}, err
@@ -450,4 +467,42 @@ func FromSpec(s *spec.Spec, getenv func(string) string, logger *slog.Logger) (*A
 	}
 	opts = append(opts, WithPricing(pricing))
 	return New(*s.Target.Agent.CLI, getenv, opts...)
+}
+
+// arrivals records when the pieces of a command's stdout arrived.
+type arrivals struct {
+	mu    sync.Mutex
+	ends  []int // each piece's end offset in the stream
+	times []time.Time
+}
+
+func (a *arrivals) add(n int, t time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	end := n
+	if k := len(a.ends); k > 0 {
+		end += a.ends[k-1]
+	}
+	a.ends, a.times = append(a.ends, end), append(a.times, t)
+}
+
+func (a *arrivals) bytes() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.ends) == 0 {
+		return 0
+	}
+	return a.ends[len(a.ends)-1]
+}
+
+// at is when the byte at offset off arrived; after is the time of bytes
+// that were not streamed (a rung that streams less or nothing).
+func (a *arrivals) at(off int, after time.Time) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i, _ := slices.BinarySearch(a.ends, off+1)
+	if i < len(a.times) {
+		return a.times[i]
+	}
+	return after
 }

@@ -14,10 +14,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"evals.si/embedded"
 	"evals.si/engine"
 	"evals.si/internal/testenv"
+	"evals.si/modelserver"
 	"evals.si/spec"
 	"evals.si/store"
 	"evals.si/trajectory"
@@ -369,5 +371,73 @@ evaluators: [task-success]
 	}
 	if scanned < 3 {
 		t.Errorf("scanned %d files; want the database and blobs", scanned)
+	}
+}
+
+// The offline Claude Code demo (examples/agents/claude-code-offline.yaml)
+// with the real Claude Code from npm, run twice: both runs report the same
+// tokens and cost, and the trial's totals are the sums of its model calls
+// in the stored trajectory. Each call has its own time and duration, and
+// every assistant row carries text or a tool call.
+func TestClaudeCodeOfflineTotalsRepeat(t *testing.T) {
+	requireTools(t)
+	npm := testenv.NodeModules(t, "@anthropic-ai/claude-code")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	script, err := modelserver.LoadScript("../../examples/agents/model-server/claude-code.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := modelserver.New(script, nil)
+	addr, err := srv.Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := "../../examples/agents/claude-code-offline.yaml"
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := strings.NewReplacer("127.0.0.1:8089", addr.String(), "/usr/local/lib/evalsi/npm", npm).Replace(string(src))
+	t.Setenv("AGENT_ANTHROPIC_KEY", "offline-dummy-key")
+
+	type totals struct {
+		usage trajectory.Usage
+		cost  string
+	}
+	var runs []totals
+	for run := range 2 {
+		s := runSpec(t, path, []byte(y))
+		tr := s.trials[0]
+		var u trajectory.Usage
+		var cost float64
+		var calls int
+		times := map[time.Time]bool{}
+		for _, e := range s.events[tr.ID] {
+			switch e.Kind {
+			case trajectory.KindModelCall:
+				calls++
+				u = u.Add(e.ModelCall.Usage)
+				cost += e.ModelCall.CostUSD
+				times[e.Time] = true
+				if e.DurationMS <= 0 || e.ModelCall.CostUSD <= 0 || e.ModelCall.Usage.OutputTokens <= 1 {
+					t.Errorf("run %d: model call at step %d: %d ms, %+v", run+1, e.Step, e.DurationMS, *e.ModelCall)
+				}
+			case trajectory.KindMessage:
+				if m := e.Message; m.Role == trajectory.RoleAssistant && m.Content == "" && len(m.ToolCalls) == 0 {
+					t.Errorf("run %d: an empty assistant message at step %d", run+1, e.Step)
+				}
+			}
+		}
+		if calls != 4 || len(times) != calls {
+			t.Errorf("run %d: %d model calls at %d distinct times, want 4 at 4", run+1, calls, len(times))
+		}
+		if u != tr.Usage || fmt.Sprintf("%.6f", cost) != fmt.Sprintf("%.6f", tr.CostUSD) || tr.CostUSD <= 0 {
+			t.Errorf("run %d: model calls add up to %+v $%.6f; the trial says %+v $%.6f", run+1, u, cost, tr.Usage, tr.CostUSD)
+		}
+		runs = append(runs, totals{tr.Usage, fmt.Sprintf("%.6f", tr.CostUSD)})
+	}
+	if runs[0] != runs[1] {
+		t.Errorf("two runs of the demo differ: %+v and %+v", runs[0], runs[1])
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"evals.si/model"
@@ -58,12 +60,40 @@ type parser struct {
 	// base is the number of steps recorded before this output.
 	base    int
 	pricing model.Pricing
+	// arrived, when set, is when the byte of the output at an offset
+	// arrived (the command's output streamed while it ran); events are
+	// stamped with their line's arrival, not with the time of parsing.
+	arrived func(offset int) time.Time
 
 	sum   summary
 	calls map[string]string
+	// callAt is when each tool call's line arrived, for its result's
+	// duration.
+	callAt map[string]time.Time
 	// open is set while a step whose model call is reported at its end
 	// (a Codex turn) is under way: its events carry the step's number.
 	open bool
+
+	// now is the current line's time, prev the previous line's (zero
+	// when unknown).
+	now, prev time.Time
+	// out holds the events until the output is read: a session total the
+	// format reports at its end (Claude Code's result) is spread over the
+	// model calls before they are recorded.
+	out []trajectory.Event
+	// weights are the model calls' output sizes (text and tool-call
+	// arguments, bytes), in order, to share out output tokens the format
+	// reports only as a session total.
+	weights []int
+	// session is the session total the format reported, if any.
+	session *sessionTotal
+}
+
+// sessionTotal is a session's usage and cost as the agent reports them at
+// its end (Claude Code's result event).
+type sessionTotal struct {
+	usage   trajectory.Usage
+	costUSD float64
 }
 
 // parseFormat reads out, in the named format, into events.
@@ -82,7 +112,169 @@ func parseFormat(format string, out []byte, p *parser) (summary, error) {
 	if err := parse(bytes.NewReader(out)); err != nil {
 		return p.sum, err
 	}
+	p.reconcile()
+	for _, e := range p.out {
+		if err := p.emit(e); err != nil {
+			return p.sum, err
+		}
+	}
 	return p.sum, nil
+}
+
+// add records an event, stamped with its line's time when it has none.
+func (p *parser) add(e trajectory.Event) error {
+	if e.Time.IsZero() {
+		e.Time = p.now
+	}
+	p.out = append(p.out, e)
+	return nil
+}
+
+// sinceLine is how long since the previous line, in ms (0 when unknown):
+// for a model call, the time the model took to answer what came before.
+func (p *parser) sinceLine() int64 {
+	if p.now.IsZero() || p.prev.IsZero() || p.now.Before(p.prev) {
+		return 0
+	}
+	return p.now.Sub(p.prev).Milliseconds()
+}
+
+// reconcile makes the model calls add up to the trial's usage and cost.
+// A session total the format reported (Claude Code's stream repeats each
+// message's usage as its stream began, output_tokens 1, and gives the
+// true output tokens only in its result) is shared out: input tokens the
+// calls lack in proportion to their input, output tokens in proportion to
+// what each call wrote. Then each call is priced (priceCalls). The trial's
+// usage and cost are the calls' sums, so the trajectory's per-call rows
+// add up to the trial's totals.
+func (p *parser) reconcile() {
+	var idx []int
+	var sum trajectory.Usage
+	for i, e := range p.out {
+		if e.Kind == trajectory.KindModelCall && e.ModelCall != nil && e.ModelCall.Role == "agent" {
+			idx = append(idx, i)
+			sum = sum.Add(e.ModelCall.Usage)
+		}
+	}
+	if len(idx) == 0 {
+		if s := p.session; s != nil {
+			p.sum.usage, p.sum.costUSD = s.usage, s.costUSD
+		}
+		return
+	}
+	calls := make([]*trajectory.ModelCall, len(idx))
+	for i, j := range idx {
+		mc := *p.out[j].ModelCall
+		calls[i] = &mc
+		p.out[j].ModelCall = &mc
+	}
+	if s := p.session; s != nil {
+		if d := s.usage.InputTokens - sum.InputTokens; d > 0 {
+			w := make([]int, len(calls))
+			for i, c := range calls {
+				w[i] = c.Usage.InputTokens
+			}
+			for i, n := range shareOut(d, w) {
+				calls[i].Usage.InputTokens += n
+			}
+		}
+		if d := s.usage.OutputTokens - sum.OutputTokens; d > 0 {
+			w := make([]int, len(calls))
+			copy(w, p.weights)
+			for i, n := range shareOut(d, w) {
+				calls[i].Usage.OutputTokens += n
+			}
+		}
+	}
+	p.priceCalls(calls)
+	p.sum.usage, p.sum.costUSD = trajectory.Usage{}, 0
+	for _, c := range calls {
+		p.sum.usage = p.sum.usage.Add(c.Usage)
+		p.sum.costUSD += c.CostUSD
+	}
+}
+
+// priceCalls sets each call's cost. Costs the format gave per call stand.
+// Else a session cost the agent reported is the trial's, split over the
+// calls by their price under the spec's pricing when it prices every call,
+// else by their usage (output weighted 5× input, as providers price it).
+// Without a reported cost, each call is priced from the spec's pricing.
+func (p *parser) priceCalls(calls []*trajectory.ModelCall) {
+	for _, c := range calls {
+		if c.CostUSD != 0 {
+			return
+		}
+	}
+	reported := 0.0
+	if p.session != nil {
+		reported = p.session.costUSD
+	}
+	prices := make([]float64, len(calls))
+	allPriced := true
+	for i, c := range calls {
+		cost, ok := p.priceOf(c)
+		prices[i], allPriced = cost, allPriced && ok
+	}
+	if reported <= 0 {
+		for i, c := range calls {
+			c.CostUSD = prices[i]
+		}
+		return
+	}
+	w := make([]float64, len(calls))
+	var total float64
+	for i, c := range calls {
+		w[i] = float64(c.Usage.InputTokens + 5*c.Usage.OutputTokens)
+		if allPriced {
+			w[i] = prices[i]
+		}
+		total += w[i]
+	}
+	for i, c := range calls {
+		if total == 0 {
+			c.CostUSD = reported / float64(len(calls))
+		} else {
+			c.CostUSD = reported * w[i] / total
+		}
+	}
+}
+
+func (p *parser) priceOf(c *trajectory.ModelCall) (float64, bool) {
+	if p.pricing == nil || c.Model == "" {
+		return 0, false
+	}
+	return p.pricing.Cost(c.Model, c.Usage)
+}
+
+// shareOut splits n in proportion to weights (equally when they are all
+// zero), in whole parts that add up to n (largest remainder first, ties to
+// the earlier).
+func shareOut(n int, weights []int) []int {
+	parts := make([]int, len(weights))
+	total := 0
+	for _, w := range weights {
+		total += max(w, 0)
+	}
+	if total == 0 {
+		for i := range weights {
+			weights[i], total = 1, len(weights)
+		}
+	}
+	type rem struct{ i, r int }
+	var rems []rem
+	given := 0
+	for i, w := range weights {
+		w = max(w, 0)
+		parts[i] = n * w / total
+		given += parts[i]
+		rems = append(rems, rem{i, n * w % total})
+	}
+	slices.SortStableFunc(rems, func(a, b rem) int { return b.r - a.r })
+	for k := 0; given < n; k++ {
+		parts[rems[k%len(rems)].i]++
+		given++
+	}
+	return parts
 }
 
 // beginStep opens a step whose model call is recorded when it ends.
@@ -98,28 +290,32 @@ func (p *parser) step() int { return p.base + p.sum.steps }
 
 // modelCall records one model call; cost is priced from the pricing table
 // when the format reports none.
+//
+// Its usage and cost are final only once the output is read (reconcile);
+// cost is what the format reports for the call (0: priced then).
 func (p *parser) modelCall(modelName string, u trajectory.Usage, cost float64, stopReason string) error {
+	return p.modelCallEvent(trajectory.Event{DurationMS: p.sinceLine(), ModelCall: &trajectory.ModelCall{
+		Model: modelName, Usage: u, CostUSD: cost, StopReason: stopReason,
+	}}, 0)
+}
+
+// modelCallEvent records the model call e (its Time, DurationMS and
+// ModelCall set as known); weight is the size of what the call wrote.
+func (p *parser) modelCallEvent(e trajectory.Event, weight int) error {
 	if !p.open {
 		p.sum.steps++
 	}
 	p.open = false
-	if cost == 0 && p.pricing != nil && modelName != "" {
-		if c, ok := p.pricing.Cost(modelName, u); ok {
-			cost = c
-		}
-	}
-	p.sum.usage = p.sum.usage.Add(u)
-	p.sum.costUSD += cost
-	return p.emit(trajectory.Event{Kind: trajectory.KindModelCall, Step: p.step(), ModelCall: &trajectory.ModelCall{
-		Model: modelName, Usage: u, CostUSD: cost, StopReason: stopReason, Role: "agent",
-	}})
+	e.Kind, e.Step, e.ModelCall.Role = trajectory.KindModelCall, p.step(), "agent"
+	p.weights = append(p.weights, weight)
+	return p.add(e)
 }
 
 func (p *parser) message(role, content string, calls []trajectory.ToolCall) error {
 	if content == "" && len(calls) == 0 {
 		return nil
 	}
-	return p.emit(trajectory.Event{Kind: trajectory.KindMessage, Step: p.step(), Message: &trajectory.Message{
+	return p.add(trajectory.Event{Kind: trajectory.KindMessage, Step: p.step(), Message: &trajectory.Message{
 		Role: role, Content: capText(content), ToolCalls: calls,
 	}})
 }
@@ -129,7 +325,11 @@ func (p *parser) toolCall(c trajectory.ToolCall) error {
 		p.calls = map[string]string{}
 	}
 	p.calls[c.ID] = c.Name
-	return p.emit(trajectory.Event{Kind: trajectory.KindToolCall, Step: p.step(), ToolCall: &c})
+	if p.callAt == nil {
+		p.callAt = map[string]time.Time{}
+	}
+	p.callAt[c.ID] = p.now
+	return p.add(trajectory.Event{Kind: trajectory.KindToolCall, Step: p.step(), ToolCall: &c})
 }
 
 // toolResult records a tool's result; name is looked up from the call when
@@ -139,13 +339,18 @@ func (p *parser) toolResult(id, name, output string, isError bool, exitCode *int
 		name = p.calls[id]
 	}
 	out := capText(output)
-	return p.emit(trajectory.Event{Kind: trajectory.KindToolResult, Step: p.step(), ToolResult: &trajectory.ToolResult{
+	// The tool ran from its call's line to its result's.
+	var took int64
+	if at, ok := p.callAt[id]; ok && !at.IsZero() && !p.now.IsZero() && !p.now.Before(at) {
+		took = p.now.Sub(at).Milliseconds()
+	}
+	return p.add(trajectory.Event{Kind: trajectory.KindToolResult, Step: p.step(), DurationMS: took, ToolResult: &trajectory.ToolResult{
 		CallID: id, Name: name, Output: out, IsError: isError, ExitCode: exitCode, Truncated: len(out) < len(output),
 	}})
 }
 
 func (p *parser) logf(format string, args ...any) error {
-	return p.emit(trajectory.Event{Kind: trajectory.KindLog, Step: p.step(), Log: &trajectory.Log{Text: capText(fmt.Sprintf(format, args...))}})
+	return p.add(trajectory.Event{Kind: trajectory.KindLog, Step: p.step(), Log: &trajectory.Log{Text: capText(fmt.Sprintf(format, args...))}})
 }
 
 // unreadable counts a line that is not an event of the format.
@@ -166,8 +371,10 @@ func (p *parser) eachLine(r io.Reader, fn func(line []byte) error) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var long []byte
 	tooLong := false
+	offset := 0 // of the byte after the chunk read
 	for {
 		chunk, err := br.ReadSlice('\n')
+		offset += len(chunk)
 		switch {
 		case errors.Is(err, bufio.ErrBufferFull):
 			if !tooLong && len(long)+len(chunk) > maxLine {
@@ -194,6 +401,10 @@ func (p *parser) eachLine(r io.Reader, fn func(line []byte) error) error {
 		}
 		if !tooLong {
 			if line = bytes.TrimSpace(line); len(line) > 0 {
+				if p.arrived != nil {
+					// The line is whole once its last byte arrived.
+					p.prev, p.now = p.now, p.arrived(offset-1)
+				}
 				if ferr := fn(line); ferr != nil {
 					return ferr
 				}

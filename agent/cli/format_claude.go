@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"evals.si/agent"
 	"evals.si/trajectory"
@@ -17,17 +18,21 @@ import (
 //	assistant              message is an Anthropic Messages API message.
 //	                       Claude Code writes one line per content block,
 //	                       repeating the message's id and usage, so a new
-//	                       message id is one model_call (usage counted once:
-//	                       input_tokens + cache_creation_input_tokens +
+//	                       message id is one model_call (input_tokens +
+//	                       cache_creation_input_tokens +
 //	                       cache_read_input_tokens as input, output_tokens as
-//	                       output); text blocks become an assistant message,
-//	                       tool_use blocks its tool calls and tool_call events;
-//	                       thinking blocks are not recorded
+//	                       output: the usage as the stream began, output 1)
+//	                       and one assistant message with the text blocks
+//	                       and tool_use blocks as its tool calls, then a
+//	                       tool_call event per call; thinking blocks are not
+//	                       recorded
 //	user                   tool_result blocks become tool_result events
 //	                       (is_error kept); plain text a user message
 //	result                 the answer (result), total_cost_usd (older
-//	                       cost_usd), the session's usage, which replace the
-//	                       per-call sums; subtype success is answered,
+//	                       cost_usd) and the session's usage, which are
+//	                       shared out over the model calls (reconcile) so
+//	                       that they add up to them; subtype success is
+//	                       answered,
 //	                       error_max_turns max_steps, error_max_budget_usd
 //	                       budget_usd, other errors agent_error; a provider
 //	                       error (is_error with api_error_status or
@@ -37,9 +42,21 @@ import (
 //
 // Other lines (rate_limit_event, stream_event, …) are skipped.
 func (p *parser) claude(r io.Reader) error {
-	lastID := ""
 	var model string
-	return p.eachLine(r, func(line []byte) error {
+	// cur is the assistant message being read: Claude Code writes one line
+	// per content block, and the message is recorded whole (one model
+	// call, one assistant message with its text and tool calls) once a
+	// line of another message or kind arrives.
+	var cur *claudeMessage
+	flush := func() error {
+		if cur == nil {
+			return nil
+		}
+		m := cur
+		cur = nil
+		return p.claudeMessage(m)
+	}
+	err := p.eachLine(r, func(line []byte) error {
 		var ev struct {
 			Type    string `json:"type"`
 			Subtype string `json:"subtype"`
@@ -68,6 +85,11 @@ func (p *parser) claude(r io.Reader) error {
 			p.unreadable(line, err.Error())
 			return nil
 		}
+		if ev.Type != "assistant" {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
 		switch ev.Type {
 		case "system":
 			if ev.Subtype != "init" {
@@ -87,37 +109,37 @@ func (p *parser) claude(r io.Reader) error {
 				p.unreadable(line, "assistant message: "+err.Error())
 				return nil
 			}
-			if m.ID == "" || m.ID != lastID {
-				lastID = m.ID
-				var u trajectory.Usage
-				if m.Usage != nil {
-					u = m.Usage.usage()
-				}
-				if err := p.modelCall(firstNonEmpty(m.Model, model), u, 0, m.Stop); err != nil {
+			if cur != nil && (m.ID == "" || m.ID != cur.id) {
+				if err := flush(); err != nil {
 					return err
 				}
 			}
-			var texts []string
-			var calls []trajectory.ToolCall
+			if cur == nil {
+				cur = &claudeMessage{id: m.ID, model: firstNonEmpty(m.Model, model), at: p.now, took: p.sinceLine()}
+			}
+			cur.last = p.now
+			cur.apiError = cur.apiError || ev.IsAPIError
+			if m.Stop != "" {
+				cur.stop = m.Stop
+			}
+			if m.Usage != nil {
+				// Later lines of a message repeat its usage, or carry more of
+				// it: the largest counts.
+				u := m.Usage.usage()
+				cur.usage.InputTokens = max(cur.usage.InputTokens, u.InputTokens)
+				cur.usage.OutputTokens = max(cur.usage.OutputTokens, u.OutputTokens)
+			}
 			for _, b := range m.Content {
 				switch b.Type {
 				case "text":
-					texts = append(texts, b.Text)
+					cur.texts = append(cur.texts, b.Text)
+					cur.size += len(b.Text)
 				case "tool_use":
-					calls = append(calls, trajectory.ToolCall{ID: b.ID, Name: b.Name, Arguments: rawOr(b.Input)})
-				}
-			}
-			if err := p.message(trajectory.RoleAssistant, strings.Join(texts, "\n"), calls); err != nil {
-				return err
-			}
-			if ev.IsAPIError {
-				p.sum.lastError = "claude code: " + strings.Join(texts, "\n")
-			} else if len(texts) > 0 {
-				p.sum.output = strings.Join(texts, "\n")
-			}
-			for _, c := range calls {
-				if err := p.toolCall(c); err != nil {
-					return err
+					c := trajectory.ToolCall{ID: b.ID, Name: b.Name, Arguments: rawOr(b.Input)}
+					cur.calls = append(cur.calls, c)
+					cur.size += len(b.Name) + len(c.Arguments)
+				case "thinking":
+					cur.size += len(b.Thinking)
 				}
 			}
 		case "user":
@@ -148,17 +170,19 @@ func (p *parser) claude(r io.Reader) error {
 			if ev.Result != nil {
 				p.sum.output = *ev.Result
 			}
+			// The session's totals: shared out over the model calls when
+			// the output is read (reconcile).
+			st := &sessionTotal{}
 			switch {
 			case ev.TotalCostUSD != nil:
-				p.sum.costUSD = *ev.TotalCostUSD
+				st.costUSD = *ev.TotalCostUSD
 			case ev.CostUSD != nil:
-				p.sum.costUSD = *ev.CostUSD
+				st.costUSD = *ev.CostUSD
 			}
 			if ev.Usage != nil {
-				if u := ev.Usage.usage(); u.Total() > 0 {
-					p.sum.usage = u
-				}
+				st.usage = ev.Usage.usage()
 			}
+			p.session = st
 			switch {
 			case ev.Subtype == "success" && !ev.IsError:
 				p.sum.stop = agent.StopAnswered
@@ -188,12 +212,67 @@ func (p *parser) claude(r io.Reader) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return flush() // an output cut short ends on an assistant message
+}
+
+// claudeMessage is one assistant message of Claude Code's stream, gathered
+// from its lines.
+type claudeMessage struct {
+	id, model, stop string
+	usage           trajectory.Usage
+	texts           []string
+	calls           []trajectory.ToolCall
+	apiError        bool
+	// at is when its first line arrived, last its last; took is the time
+	// from the line before it (the model's answer time, as the stream
+	// shows it).
+	at, last time.Time
+	took     int64
+	// size is what it wrote (bytes of text, thinking and tool calls).
+	size int
+}
+
+// claudeMessage records m: its model call, its assistant message with text
+// and tool calls together, and a tool_call event per call.
+func (p *parser) claudeMessage(m *claudeMessage) error {
+	if err := p.modelCallEvent(trajectory.Event{Time: m.at, DurationMS: m.took, ModelCall: &trajectory.ModelCall{
+		Model: m.model, Usage: m.usage, StopReason: m.stop, ResponseID: m.id,
+	}}, m.size); err != nil {
+		return err
+	}
+	text := strings.Join(m.texts, "\n")
+	if text != "" || len(m.calls) > 0 {
+		if err := p.add(trajectory.Event{Kind: trajectory.KindMessage, Step: p.step(), Time: m.last, Message: &trajectory.Message{
+			Role: trajectory.RoleAssistant, Content: capText(text), ToolCalls: m.calls,
+		}}); err != nil {
+			return err
+		}
+	}
+	if m.apiError {
+		p.sum.lastError = "claude code: " + text
+	} else if text != "" {
+		p.sum.output = text
+	}
+	now := p.now
+	p.now = m.last
+	defer func() { p.now = now }()
+	for _, c := range m.calls {
+		if err := p.toolCall(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 type claudeBlock struct {
 	Type string `json:"type"`
 	// text
 	Text string `json:"text"`
+	// thinking
+	Thinking string `json:"thinking"`
 	// tool_use
 	ID    string          `json:"id"`
 	Name  string          `json:"name"`

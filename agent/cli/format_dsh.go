@@ -38,6 +38,7 @@ import (
 // (streamed pieces of the assistant/message that follows), todo/write,
 // request/header, request/context and session/end-seed are skipped.
 func (p *parser) dsh(r io.Reader) error {
+	var lastAt time.Time
 	return p.eachLine(r, func(line []byte) error {
 		var ev struct {
 			Type string          `json:"type"`
@@ -53,15 +54,11 @@ func (p *parser) dsh(r io.Reader) error {
 			p.unreadable(line, why)
 			return nil
 		}
-		at := dshTime(ev.Time)
-		emit := p.emit
-		p.emit = func(e trajectory.Event) error {
-			if !at.IsZero() {
-				e.Time = at
-			}
-			return emit(e)
+		if at := dshTime(ev.Time); !at.IsZero() {
+			// The event's own time wins over its line's arrival, and
+			// durations are measured on that clock.
+			p.prev, p.now, lastAt = lastAt, at, at
 		}
-		defer func() { p.emit = emit }()
 
 		var d struct {
 			Model       string          `json:"model"`

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -71,26 +73,28 @@ func TestParseClaudeStreamJSON(t *testing.T) {
 	sum, events := parseFixture(t, FormatClaude, "claude-stream.jsonl", 0)
 	checkEvents(t, events, []string{
 		"0 log claude code session 5f0c2b1e-8d0a-4c4e-9a51-0d6f2f3c9b11: model claude-sonnet-4-5-20250929, cwd /workspace, 8 tools",
-		// One model call per message id, though the message spans three lines.
-		"1 model_call claude-sonnet-4-5-20250929 in=12204 out=9 cost=0.0000",
-		`1 message assistant "Let me look at the code." []`,
-		`1 message assistant "" [Bash]`,
+		// One model call per message id, though the message spans three
+		// lines, and one assistant message with its text and tool call.
+		// The result's cost is split over the calls.
+		"1 model_call claude-sonnet-4-5-20250929 in=12204 out=9 cost=0.0137",
+		`1 message assistant "Let me look at the code." [Bash]`,
 		`1 tool_call toolu_01 Bash {"command":"cat calc.py","description":"Show calc.py"}`,
 		`1 tool_result toolu_01 Bash "def add(a, b):\n    return a - b\n" err=false exit=-`,
-		"2 model_call claude-sonnet-4-5-20250929 in=12356 out=120 cost=0.0000",
+		"2 model_call claude-sonnet-4-5-20250929 in=12356 out=120 cost=0.0145",
 		`2 message assistant "" [Edit]`,
 		`2 tool_call toolu_02 Edit {"file_path":"/workspace/calc.py","old_string":"return a - b","new_string":"return a + b"}`,
 		`2 tool_result toolu_02 Edit "<tool_use_error>File has not been read yet.</tool_use_error>" err=true exit=-`,
-		"3 model_call claude-sonnet-4-5-20250929 in=12408 out=15 cost=0.0000",
+		"3 model_call claude-sonnet-4-5-20250929 in=12408 out=15 cost=0.0139",
 		`3 message assistant "Fixed add() in calc.py." []`,
 	})
 	if sum.steps != 3 || sum.output != "Fixed add() in calc.py." || sum.stop != agent.StopAnswered {
 		t.Errorf("summary %+v", sum)
 	}
-	// The result's totals replace the per-call sums.
-	if sum.usage != (trajectory.Usage{InputTokens: 18 + 1350 + 35600, OutputTokens: 144}) || sum.costUSD != 0.0421 {
+	// The result's totals are the trial's, and the calls add up to them.
+	if sum.usage != (trajectory.Usage{InputTokens: 18 + 1350 + 35600, OutputTokens: 144}) || math.Abs(sum.costUSD-0.0421) > 1e-12 {
 		t.Errorf("usage %+v cost %v", sum.usage, sum.costUSD)
 	}
+	checkAddsUp(t, events, sum)
 	if sum.unreadable != 1 || !strings.Contains(sum.firstUnreadable, "this line is not JSON") {
 		t.Errorf("unreadable %d %q", sum.unreadable, sum.firstUnreadable)
 	}
@@ -276,5 +280,120 @@ func TestParseProviderFailures(t *testing.T) {
 	sum, _ = parseFormat(FormatDSH, []byte(`{"type":"turn/end","seq":1,"data":{"turn":1,"reason":{"kind":"error","message":"provider 500"}}}`+"\n"), p)
 	if !strings.Contains(sum.failure, "provider 500") {
 		t.Errorf("dsh turn ending in error: failure %q", sum.failure)
+	}
+}
+
+// checkAddsUp fails unless the model calls' usage and cost add up to the
+// summary's.
+func checkAddsUp(t *testing.T, events []trajectory.Event, sum summary) {
+	t.Helper()
+	var u trajectory.Usage
+	var cost float64
+	for _, e := range events {
+		if e.Kind == trajectory.KindModelCall {
+			u = u.Add(e.ModelCall.Usage)
+			cost += e.ModelCall.CostUSD
+		}
+	}
+	if u != sum.usage || math.Abs(cost-sum.costUSD) > 1e-9 {
+		t.Errorf("model calls add up to %+v $%v, the summary says %+v $%v", u, cost, sum.usage, sum.costUSD)
+	}
+}
+
+// Two runs of the real Claude Code (2.1) against the scripted model
+// server. Its stream repeats each message's usage as the stream began
+// (output_tokens 1) and gives the true output only in its result: the
+// parser shares the result's totals over the calls, so the calls add up to
+// the trial, and both runs read the same. Each event carries the time its
+// line arrived; a model call lasts from the line before it.
+func TestParseClaudeCodeRealStreams(t *testing.T) {
+	var totals []summary
+	for _, file := range []string{"claude-code-2.1-run1.jsonl", "claude-code-2.1-run2.jsonl"} {
+		t.Run(file, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("testdata", file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Line k arrives at t0 + k×100ms.
+			t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			lineAt := func(off int) time.Time {
+				return t0.Add(time.Duration(bytes.Count(b[:off], []byte("\n"))) * 100 * time.Millisecond)
+			}
+			var events []trajectory.Event
+			p := &parser{emit: func(e trajectory.Event) error { events = append(events, e); return nil }, now: t0.Add(-time.Second), arrived: lineAt}
+			sum, err := parseFormat(FormatClaude, b, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.usage != (trajectory.Usage{InputTokens: 49902, OutputTokens: 183}) || math.Abs(sum.costUSD-0.203268) > 1e-9 {
+				t.Errorf("trial usage %+v cost %v, want the result's 49902+183 tokens and $0.203268", sum.usage, sum.costUSD)
+			}
+			checkAddsUp(t, events, sum)
+			var calls, outputs []string
+			last := time.Time{}
+			for _, e := range events {
+				if e.Time.Before(last) {
+					t.Errorf("event %s at %s is before the one before it (%s)", e.Kind, e.Time, last)
+				}
+				last = e.Time
+				switch e.Kind {
+				case trajectory.KindModelCall:
+					mc := e.ModelCall
+					if mc.Usage.OutputTokens <= 1 || mc.CostUSD <= 0 || e.DurationMS != 100 || mc.ResponseID == "" {
+						t.Errorf("model call %+v, %d ms: want its share of the output tokens and cost, 100 ms", *mc, e.DurationMS)
+					}
+					calls = append(calls, fmt.Sprint(mc.Usage.InputTokens))
+				case trajectory.KindMessage:
+					if m := e.Message; m.Role == trajectory.RoleAssistant {
+						if m.Content == "" && len(m.ToolCalls) == 0 {
+							t.Errorf("an empty assistant message at step %d", e.Step)
+						}
+						var names []string
+						for _, c := range m.ToolCalls {
+							names = append(names, c.Name)
+						}
+						outputs = append(outputs, fmt.Sprintf("%q%v", m.Content, names))
+					}
+				case trajectory.KindToolResult:
+					if e.DurationMS <= 0 {
+						t.Errorf("tool result %s has no duration", e.ToolResult.Name)
+					}
+				}
+			}
+			if got := strings.Join(calls, ","); got != "12219,12370,12613,12700" {
+				t.Errorf("model calls' input tokens %s", got)
+			}
+			want := []string{
+				`"Let me read calc.py and run the tests."[Read Bash]`,
+				`"add() subtracts and mean() floors; fixing both."[Edit Edit]`,
+				`""[Bash]`,
+				`"Fixed add() (it subtracted) and mean() (floor division; now raises ValueError when empty)."[]`,
+			}
+			if !slices.Equal(outputs, want) {
+				t.Errorf("assistant messages:\n%s\nwant:\n%s", strings.Join(outputs, "\n"), strings.Join(want, "\n"))
+			}
+			totals = append(totals, sum)
+		})
+	}
+	if len(totals) == 2 && (totals[0].usage != totals[1].usage || totals[0].costUSD != totals[1].costUSD) {
+		t.Errorf("two runs differ: %+v $%v and %+v $%v", totals[0].usage, totals[0].costUSD, totals[1].usage, totals[1].costUSD)
+	}
+}
+
+func TestShareOut(t *testing.T) {
+	for _, tc := range []struct {
+		n       int
+		weights []int
+		want    []int
+	}{
+		{182, []int{10, 10, 0, 20}, []int{46, 45, 0, 91}},
+		{3, []int{0, 0, 0}, []int{1, 1, 1}},
+		{5, []int{1, 1}, []int{3, 2}},
+		{0, []int{4, 2}, []int{0, 0}},
+	} {
+		got := shareOut(tc.n, slices.Clone(tc.weights))
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("shareOut(%d, %v) = %v, want %v", tc.n, tc.weights, got, tc.want)
+		}
 	}
 }
