@@ -2,6 +2,7 @@ package evaluate
 
 import (
 	"fmt"
+	"math"
 
 	"evals.si/spec"
 )
@@ -35,6 +36,17 @@ type ScoreMean struct {
 	Mean float64 `json:"mean"`
 	// N is how many trials reported the score.
 	N int `json:"n"`
+	// SD is the sample standard deviation of the score over those trials
+	// (n-1 denominator); absent when fewer than two reported it. The
+	// report derives the mean's standard error and interval from it.
+	SD *float64 `json:"sd,omitempty"`
+	// Records is how many records the N trials belong to, and RecordSD the
+	// sample standard deviation of the per-record means, when some record
+	// ran more than one trial: trials of one record are not independent,
+	// so the mean's standard error is taken over records then (as Inspect
+	// AI reduces a sample's epochs before its stderr).
+	Records  int      `json:"records,omitempty"`
+	RecordSD *float64 `json:"record_sd,omitempty"`
 }
 
 // EvaluatorSummary is one configured evaluator's part of a summary.
@@ -53,6 +65,9 @@ type PassK struct {
 	// Records is how many records had at least k decidable trials and so
 	// entered the average.
 	Records int `json:"records"`
+	// SD is the sample standard deviation over those records of each
+	// record's pass@k estimate; absent for fewer than two records.
+	SD *float64 `json:"sd,omitempty"`
 }
 
 // Summary is a run's aggregate, as the report prints it.
@@ -176,29 +191,76 @@ func resultFor(t TrialResult, i int, name string) (EvaluatorResult, bool) {
 	return EvaluatorResult{}, false
 }
 
-// meanAcc accumulates means in first-seen order.
+// meanAcc accumulates means in first-seen order, and per score each
+// record's sum and count (for the standard error over records).
 type meanAcc struct {
 	order []string
 	sum   map[string]float64
+	sumSq map[string]float64
 	n     map[string]int
+	recs  map[string]map[string]*recSum
+	// recOrder keeps each score's records in first-seen order, so the
+	// floating-point sums are the same on every run.
+	recOrder map[string][]string
 }
 
-func newMeanAcc() *meanAcc { return &meanAcc{sum: map[string]float64{}, n: map[string]int{}} }
+type recSum struct {
+	sum float64
+	n   int
+}
 
-func (a *meanAcc) add(name string, v float64) {
+func newMeanAcc() *meanAcc {
+	return &meanAcc{sum: map[string]float64{}, sumSq: map[string]float64{}, n: map[string]int{},
+		recs: map[string]map[string]*recSum{}, recOrder: map[string][]string{}}
+}
+
+func (a *meanAcc) add(name, record string, v float64) {
 	if _, seen := a.n[name]; !seen {
 		a.order = append(a.order, name)
+		a.recs[name] = map[string]*recSum{}
 	}
 	a.sum[name] += v
+	a.sumSq[name] += v * v
 	a.n[name]++
+	r := a.recs[name][record]
+	if r == nil {
+		r = &recSum{}
+		a.recs[name][record] = r
+		a.recOrder[name] = append(a.recOrder[name], record)
+	}
+	r.sum += v
+	r.n++
 }
 
 func (a *meanAcc) means() []ScoreMean {
 	out := make([]ScoreMean, 0, len(a.order))
 	for _, name := range a.order {
-		out = append(out, ScoreMean{Name: name, Mean: a.sum[name] / float64(a.n[name]), N: a.n[name]})
+		m := ScoreMean{Name: name, Mean: a.sum[name] / float64(a.n[name]), N: a.n[name], SD: sampleSD(a.sum[name], a.sumSq[name], a.n[name])}
+		if recs := a.recOrder[name]; len(recs) < m.N {
+			var sum, sumSq float64
+			for _, id := range recs {
+				r := a.recs[name][id]
+				mean := r.sum / float64(r.n)
+				sum += mean
+				sumSq += mean * mean
+			}
+			m.Records, m.RecordSD = len(recs), sampleSD(sum, sumSq, len(recs))
+		}
+		out = append(out, m)
 	}
 	return out
+}
+
+// sampleSD is the sample standard deviation (n-1 denominator) from a sum
+// and a sum of squares; nil for fewer than two values. Rounding can make
+// the variance of equal values a tiny negative number: that is 0.
+func sampleSD(sum, sumSq float64, n int) *float64 {
+	if n < 2 {
+		return nil
+	}
+	v := (sumSq - sum*sum/float64(n)) / float64(n-1)
+	sd := math.Sqrt(max(v, 0))
+	return &sd
 }
 
 // Aggregate summarises a run: per score the mean over the trials that
@@ -259,10 +321,10 @@ func Aggregate(cfgs []spec.Evaluator, trials []TrialResult) Summary {
 			}
 			results[i], usable[i] = r, true
 			for _, sc := range r.Scores {
-				perEval[i].add(sc.Name, sc.Value)
-				all.add(sc.Name, sc.Value)
+				perEval[i].add(sc.Name, t.RecordID, sc.Value)
+				all.add(sc.Name, t.RecordID, sc.Value)
 				if g != nil {
-					g.acc.add(sc.Name, sc.Value)
+					g.acc.add(sc.Name, t.RecordID, sc.Value)
 				}
 			}
 		}
@@ -320,22 +382,22 @@ func Aggregate(cfgs []spec.Evaluator, trials []TrialResult) Summary {
 		return s
 	}
 	for k := 1; k <= s.Trials; k++ {
-		var at, hat float64
+		var at, hat, atSq, hatSq float64
 		n := 0
 		for _, id := range recordOrder {
 			rt := byRecord[id]
 			if rt.n < k {
 				continue
 			}
-			at += PassAtK(rt.n, rt.c, k)
-			hat += PassHatK(rt.n, rt.c, k)
+			a, h := PassAtK(rt.n, rt.c, k), PassHatK(rt.n, rt.c, k)
+			at, hat, atSq, hatSq = at+a, hat+h, atSq+a*a, hatSq+h*h
 			n++
 		}
 		if n == 0 {
 			continue
 		}
-		s.PassAtK = append(s.PassAtK, PassK{K: k, Value: at / float64(n), Records: n})
-		s.PassHatK = append(s.PassHatK, PassK{K: k, Value: hat / float64(n), Records: n})
+		s.PassAtK = append(s.PassAtK, PassK{K: k, Value: at / float64(n), Records: n, SD: sampleSD(at, atSq, n)})
+		s.PassHatK = append(s.PassHatK, PassK{K: k, Value: hat / float64(n), Records: n, SD: sampleSD(hat, hatSq, n)})
 	}
 	return s
 }

@@ -7,13 +7,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	"evals.si/engine"
+	"evals.si/model"
 	"evals.si/report"
+	"evals.si/spec"
 	"evals.si/store"
 	"evals.si/trajectory"
 )
@@ -36,21 +41,42 @@ const (
 
 // runView is a run as the API shows it.
 type runView struct {
-	ID         string     `json:"id"`
-	Name       string     `json:"name"`
-	Status     string     `json:"status"`
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	// Label is the status a person reads ("completed with errors" for a
+	// completed run whose trials errored), Health how it reads: ok, errors
+	// (some trials errored) or no_scores (every trial errored).
+	Label      string     `json:"label"`
+	Health     string     `json:"health"`
 	SpecPath   string     `json:"spec_path,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 	Error      string     `json:"error,omitempty"`
-	// From the run's summary when it finished; live counts while running.
-	Records int                `json:"records"`
-	Trials  int                `json:"trials"`
-	Done    int                `json:"done"`
-	Errored int                `json:"errored"`
-	Scores  map[string]float64 `json:"scores,omitempty"`
-	CostUSD float64            `json:"cost_usd"`
-	Tokens  int                `json:"tokens"`
+	// Target is what was evaluated: the model, or the agent's kind.
+	Target string `json:"target,omitempty"`
+	// Trials is how many trials the run has in all (records × trials per
+	// record), Done how many of them finished (scored or errored).
+	Records         int                `json:"records"`
+	TrialsPerRecord int                `json:"trials_per_record"`
+	Trials          int                `json:"trials"`
+	Done            int                `json:"done"`
+	Errored         int                `json:"errored"`
+	Scores          map[string]float64 `json:"scores,omitempty"`
+	// Estimates are the run's score means (then pass@k) with their
+	// uncertainty, for the runs list; from the summary of a finished run.
+	Estimates []namedEstimate `json:"estimates,omitempty"`
+	CostUSD   float64         `json:"cost_usd"`
+	Tokens    int             `json:"tokens"`
+}
+
+type namedEstimate struct {
+	Name string `json:"name"`
+	// Headline marks what the runs list shows first: the score that
+	// decides a pass (the pass signal's first score) and pass@k; the
+	// first scores when the run has no pass signal.
+	Headline bool `json:"headline,omitempty"`
+	report.Estimate
 }
 
 func newRunView(r store.Run, sum *engine.Summary) runView {
@@ -59,11 +85,80 @@ func newRunView(r store.Run, sum *engine.Summary) runView {
 		t := r.FinishedAt
 		v.FinishedAt = &t
 	}
-	if sum != nil {
-		v.Records, v.Trials, v.Errored, v.Scores = sum.Records, sum.Trials, sum.Errored, sum.Scores
-		v.Done, v.CostUSD, v.Tokens = sum.Trials, sum.CostUSD, sum.Tokens
+	var sp spec.Spec
+	if json.Unmarshal(r.Spec, &sp) == nil {
+		v.Target = targetOf(&sp)
+		v.TrialsPerRecord = engine.LimitsOf(&sp).Trials
 	}
+	if sum != nil {
+		v.Records, v.Errored, v.Scores = sum.Records, sum.Errored, sum.Scores
+		v.TrialsPerRecord = max(sum.Trials, 1)
+		v.Trials = sum.Records * v.TrialsPerRecord
+		v.Done = sum.Aggregate.TrialsRun
+		if v.Done == 0 && sum.Attempts == 0 {
+			v.Done = v.Trials // a summary written before trials_run was
+		}
+		v.CostUSD, v.Tokens = sum.CostUSD, sum.Tokens
+		headline := map[string]bool{}
+		for _, e := range sum.Aggregate.Evaluators {
+			if slices.Contains(sum.Aggregate.PassSignal, e.Name) && len(e.Scores) > 0 {
+				headline[e.Scores[0].Name] = true
+			}
+		}
+		for i, m := range sum.Aggregate.Means {
+			v.Estimates = append(v.Estimates, namedEstimate{Name: m.Name, Headline: headline[m.Name] || len(headline) == 0 && i < 3, Estimate: report.ScoreEstimate(m)})
+		}
+		for _, p := range sum.Aggregate.PassAtK {
+			if p.K == sum.Aggregate.Trials {
+				v.Estimates = append(v.Estimates, namedEstimate{Name: fmt.Sprintf("pass@%d", p.K), Headline: true, Estimate: report.PassKEstimate(p)})
+			}
+		}
+	}
+	v.setLabel()
 	return v
+}
+
+func (v *runView) setLabel() {
+	v.Label = engine.StatusLabel(v.Status, v.Done, v.Errored)
+	v.Health = string(engine.RunHealth(v.Done, v.Errored))
+}
+
+// targetOf names what a spec evaluates: the agent's kind (and what it
+// runs), else the model.
+func targetOf(sp *spec.Spec) string {
+	if a := sp.Target.Agent; a != nil {
+		switch {
+		case a.CLI != nil:
+			cmd := strings.Fields(a.CLI.Command)
+			if len(cmd) > 0 {
+				return "cli agent · " + path.Base(cmd[0])
+			}
+			return "cli agent"
+		case a.A2A != nil:
+			return "a2a agent · " + a.A2A.URL
+		case a.MCP != nil:
+			return "mcp agent"
+		case a.Responses != nil:
+			return "responses agent"
+		case a.HTTP != nil:
+			return "http agent · " + a.HTTP.URL
+		case a.Oracle != nil:
+			return "oracle"
+		}
+	}
+	m := sp.Target.Model
+	if m == "" {
+		m = sp.Target.Connector
+	} else if sp.Target.Connector != "" {
+		m = sp.Target.Connector + " · " + m
+	}
+	if sp.Harness != nil && sp.Harness.External != nil {
+		if m == "" {
+			return "external harness"
+		}
+		return "external harness · " + m
+	}
+	return m
 }
 
 func decodeSummary(r store.Run) *engine.Summary {
@@ -77,10 +172,11 @@ func decodeSummary(r store.Run) *engine.Summary {
 	return &s
 }
 
-// liveCounts fills a running run's counts from its trials.
+// liveCounts fills a running run's counts from its trials. Trials the
+// store does not hold yet count by the spec's trials per record.
 func liveCounts(v *runView, trials []store.Trial) {
 	records := map[string]bool{}
-	v.Trials, v.Done, v.Errored, v.CostUSD, v.Tokens = len(trials), 0, 0, 0, 0
+	v.Done, v.Errored, v.CostUSD, v.Tokens = 0, 0, 0, 0
 	for _, t := range trials {
 		records[t.RecordID] = true
 		if !t.Unfinished() {
@@ -92,7 +188,9 @@ func liveCounts(v *runView, trials []store.Trial) {
 		v.CostUSD += t.CostUSD
 		v.Tokens += t.Usage.Total()
 	}
-	v.Records = len(records)
+	v.Records = max(v.Records, len(records))
+	v.Trials = max(v.Records*max(v.TrialsPerRecord, 1), len(trials))
+	v.setLabel()
 }
 
 func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) error {
@@ -114,8 +212,9 @@ func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := make([]runView, 0, len(runs))
 	for _, run := range runs {
-		v := newRunView(run, decodeSummary(run))
-		if run.Status == store.RunRunning {
+		sum := decodeSummary(run)
+		v := newRunView(run, sum)
+		if sum == nil || run.Status == store.RunRunning {
 			if trials, err := s.store.ListTrials(r.Context(), run.ID); err == nil {
 				liveCounts(&v, trials)
 			}
@@ -196,17 +295,21 @@ type evaluatorView struct {
 	Scores  []meanView `json:"scores"`
 }
 
+// meanView is a score's mean over trials with its standard error and 95%
+// interval (report.Estimate: mean, n, known, stderr, lo, hi).
 type meanView struct {
-	Name string  `json:"name"`
-	Mean float64 `json:"mean"`
-	N    int     `json:"n"`
+	Name string `json:"name"`
+	report.Estimate
 }
 
+// passKView is pass@k or pass^k with its uncertainty over records
+// (Estimate's n counts records).
 type passKView struct {
 	Kind    string  `json:"kind"` // pass@k or pass^k
 	K       int     `json:"k"`
 	Value   float64 `json:"value"`
 	Records int     `json:"records"`
+	report.Estimate
 }
 
 type recordView struct {
@@ -256,15 +359,15 @@ func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) error {
 		for _, e := range sum.Aggregate.Evaluators {
 			ev := evaluatorView{Name: e.Name, Errored: e.Errored, Scores: []meanView{}}
 			for _, m := range e.Scores {
-				ev.Scores = append(ev.Scores, meanView{Name: m.Name, Mean: m.Mean, N: m.N})
+				ev.Scores = append(ev.Scores, meanView{Name: m.Name, Estimate: report.ScoreEstimate(m)})
 			}
 			d.Evaluators = append(d.Evaluators, ev)
 		}
 		for _, p := range sum.Aggregate.PassAtK {
-			d.PassAtK = append(d.PassAtK, passKView{Kind: "pass@k", K: p.K, Value: p.Value, Records: p.Records})
+			d.PassAtK = append(d.PassAtK, passKView{Kind: "pass@k", K: p.K, Value: p.Value, Records: p.Records, Estimate: report.PassKEstimate(p)})
 		}
 		for _, p := range sum.Aggregate.PassHatK {
-			d.PassAtK = append(d.PassAtK, passKView{Kind: "pass^k", K: p.K, Value: p.Value, Records: p.Records})
+			d.PassAtK = append(d.PassAtK, passKView{Kind: "pass^k", K: p.K, Value: p.Value, Records: p.Records, Estimate: report.PassKEstimate(p)})
 		}
 	} else {
 		d.Elapsed = time.Since(run.CreatedAt).Seconds()
@@ -322,23 +425,22 @@ func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) error {
 }
 
 // liveMeans is the score table of a run in progress: one row per score,
-// mean over the trials scored so far.
+// mean over the trials scored so far with its uncertainty.
 func liveMeans(trials []store.Trial, scores map[string][]store.Score) []evaluatorView {
-	sum, n := map[string]float64{}, map[string]int{}
+	values := map[string][]float64{}
 	for _, t := range trials {
 		for _, sc := range scores[t.ID] {
-			sum[sc.Name] += sc.Value
-			n[sc.Name]++
+			values[sc.Name] = append(values[sc.Name], sc.Value)
 		}
 	}
-	names := make([]string, 0, len(sum))
-	for k := range sum {
+	names := make([]string, 0, len(values))
+	for k := range values {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 	out := make([]evaluatorView, 0, len(names))
 	for _, k := range names {
-		out = append(out, evaluatorView{Name: k, Scores: []meanView{{Name: k, Mean: sum[k] / float64(n[k]), N: n[k]}}})
+		out = append(out, evaluatorView{Name: k, Scores: []meanView{{Name: k, Estimate: report.EstimateOf(values[k])}}})
 	}
 	return out
 }
@@ -357,6 +459,17 @@ type trialDetailView struct {
 	// bytes; the artifact endpoint serves all of it.
 	DiffTruncated bool                `json:"diff_truncated,omitempty"`
 	Checker       *trajectory.Checker `json:"checker,omitempty"`
+	// Siblings are the other trials of the same record in the run, to
+	// compare this one with side by side.
+	Siblings []siblingView `json:"siblings"`
+}
+
+type siblingView struct {
+	ID      string `json:"id"`
+	Trial   int    `json:"trial"`
+	Attempt int    `json:"attempt"`
+	Status  string `json:"status"`
+	Passed  *bool  `json:"passed"`
 }
 
 type artifactView struct {
@@ -388,7 +501,17 @@ func (s *Server) apiTrial(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	d := trialDetailView{Trial: newTrialView(t, scores, true), Run: newRunView(run, nil), Record: t.Record,
-		Output: t.Output, Isolation: t.Isolation, Events: n, Artifacts: []artifactView{}}
+		Output: t.Output, Isolation: t.Isolation, Events: n, Artifacts: []artifactView{}, Siblings: []siblingView{}}
+	d.Run.setLabel()
+	all, err := s.store.ListTrials(ctx, t.RunID)
+	if err != nil {
+		return err
+	}
+	for _, o := range all {
+		if o.RecordID == t.RecordID && o.ID != t.ID {
+			d.Siblings = append(d.Siblings, siblingView{ID: o.ID, Trial: o.Trial, Attempt: o.Attempt, Status: o.Status, Passed: o.Passed})
+		}
+	}
 	for _, a := range arts {
 		d.Artifacts = append(d.Artifacts, artifactView{Name: a.Name, Size: a.Size, MediaType: a.MediaType})
 		if a.Name == "diff.patch" {
@@ -442,9 +565,52 @@ func (s *Server) readArtifact(r *http.Request, a store.Artifact, limit int) (str
 // next page; More says whether there may be one (a trial still running may
 // grow past it).
 type eventsPage struct {
-	Events []trajectory.Event `json:"events"`
-	Next   int                `json:"next"`
-	More   bool               `json:"more"`
+	Events []eventView `json:"events"`
+	Next   int         `json:"next"`
+	More   bool        `json:"more"`
+}
+
+// eventView is an event with, for a model call, where its cost comes from:
+// "recorded" (the trajectory has it), "pricing" (usage × the run's pricing,
+// filled in here) or absent when it is unknown (an unpriced model).
+type eventView struct {
+	trajectory.Event
+	CostSource string `json:"cost_source,omitempty"`
+}
+
+// pricingOf is the pricing a run's spend was computed with: the default
+// table under the spec's harness.builtin.pricing.
+func pricingOf(raw json.RawMessage) model.Pricing {
+	p := model.DefaultPricing()
+	var sp spec.Spec
+	if json.Unmarshal(raw, &sp) == nil && sp.Harness != nil && sp.Harness.Builtin != nil {
+		p = p.Merge(sp.Harness.Builtin.Pricing)
+	}
+	return p
+}
+
+func withCost(evs []trajectory.Event, pricing model.Pricing) []eventView {
+	out := make([]eventView, len(evs))
+	for i, e := range evs {
+		out[i].Event = e
+		mc := e.ModelCall
+		if mc == nil {
+			continue
+		}
+		switch {
+		case mc.CostUSD > 0:
+			out[i].CostSource = "recorded"
+		case mc.Usage.Total() == 0:
+			// No usage: nothing to price, the cost is unknown.
+		default:
+			if c, ok := pricing.Cost(mc.Model, mc.Usage); ok {
+				m := *mc
+				m.CostUSD = c
+				out[i].ModelCall, out[i].CostSource = &m, "pricing"
+			}
+		}
+	}
+	return out
 }
 
 func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) error {
@@ -473,10 +639,13 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	p := eventsPage{Events: evs, Next: after, More: len(evs) == limit}
-	if p.Events == nil {
-		p.Events = []trajectory.Event{}
+	var pricing model.Pricing
+	if run, err := s.store.GetRun(r.Context(), t.RunID); err == nil {
+		pricing = pricingOf(run.Spec)
+	} else {
+		pricing = model.DefaultPricing()
 	}
+	p := eventsPage{Events: withCost(evs, pricing), Next: after, More: len(evs) == limit}
 	if len(evs) > 0 {
 		p.Next = evs[len(evs)-1].Seq
 	}

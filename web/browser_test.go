@@ -173,7 +173,7 @@ func TestBrowserWalkthrough(t *testing.T) {
 
 	// Runs: both runs are listed.
 	do("opening the runs page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`#runs tr[data-run="`+good+`"]`)))
-	mustContain("runs", text("#runs"), "fix-calc-offline", "fix-calc-wrong-offline", good, wrong, "task-success=1", "task-success=0")
+	mustContain("runs", text("#runs"), "fix-calc-offline", "fix-calc-wrong-offline", good, wrong, "task-success 1", "task-success 0", "1/1")
 	shoot("1-runs.png")
 
 	// Run: click the good run's name.
@@ -295,16 +295,18 @@ func TestBrowserPaging(t *testing.T) {
 	_, tr := seedTrial(t, st, "long", "long", 1, 1203)
 	base := serve(t, st)
 	ctx := newBrowser(t)
-	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/trials/"+tr.ID), chromedp.WaitVisible(chromedp.CSS(`#timeline .ev[data-seq="500"]`))); err != nil {
+	// A tool call and its result are one block: a block lists the seqs of
+	// the events it shows.
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/trials/"+tr.ID), chromedp.WaitVisible(chromedp.CSS(`#timeline .ev[data-seqs~="500"]`))); err != nil {
 		t.Fatal(err)
 	}
-	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#timeline .ev').length`))
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`[...document.querySelectorAll('#timeline .ev')].reduce((n, b) => n + b.dataset.seqs.split(' ').length, 0)`))
 	if err != nil || n != 500 {
 		t.Errorf("first render shows %d events (%v), want one page of 500", n, err)
 	}
 	for _, seq := range []string{"1000", "1203"} {
 		if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, document.body.scrollHeight)`),
-			chromedp.WaitVisible(chromedp.CSS(`#timeline .ev[data-seq="`+seq+`"]`))); err != nil {
+			chromedp.WaitVisible(chromedp.CSS(`#timeline .ev[data-seqs~="`+seq+`"]`))); err != nil {
 			t.Fatalf("scrolling to event %s: %v", seq, err)
 		}
 	}

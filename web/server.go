@@ -63,7 +63,7 @@ func New(st Store, logger *slog.Logger) *Server {
 		w.Header().Set("Cache-Control", "no-cache")
 		http.ServeFileFS(w, r, static, "index.html")
 	}
-	for _, p := range []string{"GET /{$}", "GET /runs/{id}", "GET /trials/{id}", "GET /compare"} {
+	for _, p := range []string{"GET /{$}", "GET /runs/{id}", "GET /trials/{id}", "GET /compare", "GET /compare/trials"} {
 		s.mux.HandleFunc(p, page)
 	}
 	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
