@@ -9,8 +9,30 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"evals.si/api"
 )
+
+func newRunsCancelCmd(stdout, stderr io.Writer) *cobra.Command {
+	rf := &runsFlags{}
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "cancel RUN --server URL [flags]",
+		Short: "Cancel a run on a server",
+		Long: `Cancel a run (id or unique prefix) on a server: its unfinished trials are
+cancelled. A local run stops with Ctrl-C instead; evalsi runs resume RUN goes
+on with it.`,
+		Args: exactArgs(1, "runs cancel needs one RUN id (or a unique prefix)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cmdRunsCancel(cmd.Context(), rf, args, asJSON, stdout)
+		},
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&asJSON, "json", false, "print the cancelled run as the server's JSON")
+	rf.register(fs)
+	return cmd
+}
 
 // cmdRunsCancel is `evalsi runs cancel RUN --server URL`: the server stops
 // the run (POST /v1/runs/{id}/cancel). It is the server's only: a local

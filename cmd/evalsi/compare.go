@@ -3,89 +3,123 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"evals.si/report"
-	"evals.si/store"
 )
 
-// parseInterleaved parses flags that may come before, between or after the
-// positional arguments (`runs compare A B --json`), which flag.Parse alone
-// does not: it stops at the first positional.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
+// compareOptions are `runs compare`'s (and shadow's) flags.
+type compareOptions struct {
+	asJSON, all, failOnRegression bool
+	by                            string
+}
+
+func newRunsCompareCmd(stdout, stderr io.Writer) *cobra.Command {
+	rf := &runsFlags{}
+	o := compareOptions{}
+	cmd := &cobra.Command{
+		Use:   "compare BASE HEAD [flags]",
+		Short: "Compare two runs record by record",
+		Long: `Compare run HEAD against run BASE (ids or unique prefixes) record by record:
+each record's verdict (improved, regressed, unchanged, incomparable) by the
+score --by, and the change of every score's mean.`,
+		Example: `  evalsi runs compare r-base r-head --fail-on-regression
+  evalsi runs compare r-base r-head --json --by exact-match`,
+		Args: exactArgsf(2, "runs compare needs two runs: BASE HEAD (ids or unique prefixes), got %d"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runsCompare(cmd.Context(), rf, args[0], args[1], o, stdout, stderr)
+		},
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&o.asJSON, "json", false, "print the comparison as one JSON object")
+	fs.StringVar(&o.by, "by", report.DefaultPassScore, "the score that decides a record's verdict when both runs have it")
+	fs.BoolVar(&o.all, "all", false, "list unchanged records too")
+	fs.BoolVar(&o.failOnRegression, "fail-on-regression", false, "exit 1 when any record regressed (for CI)")
+	rf.register(fs)
+	return cmd
+}
+
+// exactArgsf is exactArgs with the count given in the message.
+func exactArgsf(n int, format string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef(format+"; see `%s --help`", len(args), cmd.CommandPath())
 		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
+		return nil
 	}
 }
 
-// cmdRunsCompare prints `evalsi runs compare BASE HEAD`.
-func cmdRunsCompare(ctx context.Context, rf *runsFlags, args []string, asJSON bool, stdout, stderr io.Writer) error {
-	fs := newFlagSet("evalsi runs compare", stderr)
-	rf.register(fs)
-	jsonFlag := fs.Bool("json", false, "print the comparison as one JSON object")
-	by := fs.String("by", report.DefaultPassScore, "the score that decides a record's verdict when both runs have it")
-	all := fs.Bool("all", false, "list unchanged records too")
-	failOnRegression := fs.Bool("fail-on-regression", false, "exit 1 when any record regressed (for CI)")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return &usageError{err}
-	}
-	if len(pos) != 2 {
-		return usagef("runs compare needs two runs: BASE HEAD (ids or unique prefixes), got %d", len(pos))
-	}
+// runsCompare prints `evalsi runs compare BASE HEAD`.
+func runsCompare(ctx context.Context, rf *runsFlags, baseID, headID string, o compareOptions, stdout, stderr io.Writer) error {
 	st, closeStore, err := rf.open(ctx, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	c, err := report.CompareRuns(ctx, st, pos[0], pos[1], report.CompareOptions{PassScore: *by})
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrAmbiguous) {
-			return &usageError{err}
-		}
-		return err
+	by := o.by
+	if by == "" {
+		by = report.DefaultPassScore
 	}
-	if asJSON || *jsonFlag {
+	c, err := report.CompareRuns(ctx, st, baseID, headID, report.CompareOptions{PassScore: by})
+	if err != nil {
+		return notFoundIsUsage(err)
+	}
+	if o.asJSON {
 		err = json.NewEncoder(stdout).Encode(c)
 	} else {
-		err = report.WriteComparison(stdout, c, *all)
+		err = report.WriteComparison(stdout, c, o.all)
 	}
 	if err != nil {
 		return err
 	}
-	if n := c.Counts[report.Regressed]; *failOnRegression && n > 0 {
+	if n := c.Counts[report.Regressed]; o.failOnRegression && n > 0 {
 		fmt.Fprintf(stderr, "evalsi: %d record(s) regressed from %s to %s\n", n, c.Base.ID, c.Head.ID)
 		return &exitError{code: exitFailUnder}
 	}
 	return nil
 }
 
-// cmdRunsExport writes `evalsi runs export RUN --format jsonl`.
-func cmdRunsExport(ctx context.Context, rf *runsFlags, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("evalsi runs export", stderr)
-	rf.register(fs)
-	format := fs.String("format", "jsonl", "export format: jsonl (one JSON object per trial, with its events) or parquet (one row per trial; needs -o)")
-	out := fs.String("o", "", "write to this file instead of stdout")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return &usageError{err}
+func newRunsExportCmd(stdout, stderr io.Writer) *cobra.Command {
+	rf := &runsFlags{}
+	var format, out string
+	cmd := &cobra.Command{
+		Use:   "export RUN [flags]",
+		Short: "Export a run's trials with their trajectories (JSONL or Parquet)",
+		Long: `Export a run (id or unique prefix): with --format jsonl, one JSON object per
+trial with its record, verdict, scores and whole trajectory (for analysis and
+training data); with --format parquet, one row per trial (needs -o PATH).`,
+		Example: `  evalsi runs export r-20261129-085301-ab12cd --format jsonl > run.jsonl
+  evalsi runs export r-20261129-085301-ab12cd --format parquet -o run.parquet`,
+		Args: exactArgs(1, "runs export needs one RUN id (or a unique prefix)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runsExport(cmd.Context(), rf, args[0], format, out, stdout, stderr)
+		},
 	}
-	if len(pos) != 1 {
-		return usagef("runs export needs one RUN id (or a unique prefix)")
+	fs := cmd.Flags()
+	fs.StringVar(&format, "format", "jsonl", "export format: jsonl (one JSON object per trial, with its events) or parquet (one row per trial; needs -o)")
+	fs.StringVarP(&out, "output", "o", "", "write to this file instead of stdout")
+	rf.register(fs)
+	return cmd
+}
+
+// runsExport writes `evalsi runs export RUN --format jsonl`.
+func runsExport(ctx context.Context, rf *runsFlags, runID, format, out string, stdout, stderr io.Writer) error {
+	var parquet bool
+	switch strings.ToLower(format) {
+	case "jsonl":
+	case "parquet":
+		// A binary file does not belong on a terminal or in a pipe by surprise.
+		if out == "" {
+			return usagef("--format parquet writes a binary file: give -o PATH")
+		}
+		parquet = true
+	default:
+		return usagef("--format %q: want jsonl or parquet", format)
 	}
 	st, closeStore, err := rf.open(ctx, stderr)
 	if err != nil {
@@ -93,31 +127,20 @@ func cmdRunsExport(ctx context.Context, rf *runsFlags, args []string, stdout, st
 	}
 	defer closeStore()
 	export := st.ExportJSONL
-	switch strings.ToLower(*format) {
-	case "jsonl":
-	case "parquet":
-		// A binary file does not belong on a terminal or in a pipe by surprise.
-		if *out == "" {
-			return usagef("--format parquet writes a binary file: give -o PATH")
-		}
+	if parquet {
 		export = st.ExportParquet
-	default:
-		return usagef("--format %q: want jsonl or parquet", *format)
 	}
 	w := stdout
 	var f *os.File
-	if *out != "" {
-		if f, err = os.Create(*out); err != nil {
-			return usagef("-o %s: %v", *out, err)
+	if out != "" {
+		if f, err = os.Create(out); err != nil {
+			return usagef("-o %s: %v", out, err)
 		}
 		defer f.Close()
 		w = f
 	}
-	if err := export(ctx, w, pos[0]); err != nil {
-		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrAmbiguous) {
-			return &usageError{err}
-		}
-		return err
+	if err := export(ctx, w, runID); err != nil {
+		return notFoundIsUsage(err)
 	}
 	if f != nil {
 		return f.Close()

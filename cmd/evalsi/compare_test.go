@@ -14,6 +14,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"evals.si/report"
+	"evals.si/store"
 )
 
 // TestRunsCompareAndExport runs the good and the wrong fix-calc examples and
@@ -96,12 +97,20 @@ func TestRunsCompareAndExport(t *testing.T) {
 	}
 	defer pf.Close()
 	st, _ := pf.Stat()
-	rows, err := parquet.Read[report.ParquetTrial](pf, st.Size())
+	// Each score is a DOUBLE column of its own, named by the score.
+	type row struct {
+		RunID       string   `parquet:"run_id"`
+		RecordID    string   `parquet:"record_id"`
+		Passed      *bool    `parquet:"passed,optional"`
+		Events      string   `parquet:"events_json"`
+		TaskSuccess *float64 `parquet:"task-success,optional"`
+	}
+	rows, err := parquet.Read[row](pf, st.Size())
 	if err != nil {
 		t.Fatalf("reading the parquet file back: %v", err)
 	}
 	if len(rows) != 1 || rows[0].RunID != good || rows[0].RecordID != "fix-calc" || rows[0].Passed == nil || !*rows[0].Passed ||
-		!strings.Contains(rows[0].Scores, `"task-success":1`) || !strings.Contains(rows[0].Events, `"kind":"tool_call"`) {
+		rows[0].TaskSuccess == nil || *rows[0].TaskSuccess != 1 || !strings.Contains(rows[0].Events, `"kind":"tool_call"`) {
 		t.Errorf("parquet rows = %+v", rows)
 	}
 }
@@ -109,6 +118,12 @@ func TestRunsCompareAndExport(t *testing.T) {
 // TestView serves the viewer from the command and reads its API.
 func TestView(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "evalsi.db")
+	// An empty store that exists (a --store naming no file is refused).
+	st, err := store.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pr, pw := io.Pipe()

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"evals.si/bench/bfcl"
 	"evals.si/bench/harbor"
 	"evals.si/bench/importer"
@@ -27,34 +29,51 @@ var benchImporters = map[string]importer.Importer{
 	taubench.Scheme:      taubench.Importer{Getenv: os.Getenv},
 }
 
-// cmdDatasets is `evalsi datasets inspect URI`: how many tasks import,
+func newDatasetsCmd(stdout, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "datasets",
+		Short: "Inspect benchmark datasets before running them",
+		Args:  subcommandArgs,
+		RunE:  needSubcommand,
+	}
+	var asJSON bool
+	inspect := &cobra.Command{
+		Use:   "inspect URI [flags]",
+		Short: "Show how many tasks of a benchmark import, and why others are refused",
+		Long: `Import a benchmark dataset as a run would (schemes: ` + strings.Join(benchSchemes(), ", ") + `) and
+print how many tasks import, each with what it honours only in part (ok when
+nothing), and each refused task with its reason.`,
+		Example: "  evalsi datasets inspect terminal-bench://path/to/tasks\n  evalsi datasets inspect harbor://path/to/tasks --json",
+		Args:    exactArgs(1, "datasets inspect needs one URI, e.g. terminal-bench://path/to/tasks"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return datasetsInspect(cmd.Context(), args[0], asJSON, stdout)
+		},
+	}
+	inspect.Flags().BoolVar(&asJSON, "json", false, "print JSON (records' ids, the refusals, and the notes of tasks honoured in part)")
+	cmd.AddCommand(inspect)
+	return cmd
+}
+
+func benchSchemes() []string {
+	known := make([]string, 0, len(benchImporters))
+	for k := range benchImporters {
+		known = append(known, k)
+	}
+	sort.Strings(known)
+	return known
+}
+
+// datasetsInspect is `evalsi datasets inspect URI`: how many tasks import,
 // each with what it honours only in part (ok when nothing), and each
 // refused one with its reason.
-func cmdDatasets(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "inspect" {
-		return usagef("datasets needs a subcommand: inspect URI")
-	}
-	fs := newFlagSet("evalsi datasets inspect", stderr)
-	asJSON := fs.Bool("json", false, "print JSON (records' ids, the refusals, and the notes of tasks honoured in part)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return &usageError{err}
-	}
-	if fs.NArg() != 1 {
-		return usagef("datasets inspect needs one URI, e.g. terminal-bench://path/to/tasks")
-	}
-	raw := fs.Arg(0)
+func datasetsInspect(ctx context.Context, raw string, asJSON bool, stdout io.Writer) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
 		return usagef("%q is not a dataset URI such as terminal-bench://DIR", raw)
 	}
 	imp, ok := benchImporters[strings.ToLower(u.Scheme)]
 	if !ok {
-		known := make([]string, 0, len(benchImporters))
-		for k := range benchImporters {
-			known = append(known, k)
-		}
-		sort.Strings(known)
-		return usagef("no importer for scheme %q (known: %s)", u.Scheme, strings.Join(known, ", "))
+		return usagef("no importer for scheme %q (known: %s)", u.Scheme, strings.Join(benchSchemes(), ", "))
 	}
 	wd, err := os.Getwd()
 	if err != nil {
@@ -64,7 +83,7 @@ func cmdDatasets(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return &usageError{fmt.Errorf("importing %s: %w", raw, err)}
 	}
-	if *asJSON {
+	if asJSON {
 		ids := make([]string, len(res.Records))
 		for i, r := range res.Records {
 			ids[i] = r.ID

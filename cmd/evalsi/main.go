@@ -13,7 +13,12 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
+	"evals.si/internal/cmdline"
+	"evals.si/internal/loglevel"
 	"evals.si/sandbox/reexec"
+	"evals.si/telemetry"
 )
 
 // Exit codes are a contract checked by scripts.
@@ -47,60 +52,71 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `evalsi evaluates AI agents and models.
+const rootLong = `evalsi evaluates AI agents and models: it runs a run spec (YAML) embedded,
+with a SQLite store under the user's data directory, or on a server, and reads
+the runs it stored.
 
-Usage:
-  evalsi run -f SPEC [--json] [--fail-under NAME=VALUE]... [--junit PATH]
-             [--judge-provider P --judge-model M] [--store PATH]
-  evalsi runs list [--store PATH] [--json]
-  evalsi runs show RUN [--store PATH] [--json]
-  evalsi runs compare BASE HEAD [--json] [--by SCORE] [--all] [--fail-on-regression]
-  evalsi runs export RUN --format jsonl|parquet [-o PATH] [--store PATH]
-  evalsi view [--store PATH] [--listen 127.0.0.1:0]
-  evalsi run --resume RUN | evalsi runs resume RUN [--store PATH] [--json]
-  evalsi runs cancel RUN --server URL [--json]
-  evalsi datasets inspect URI [--json]
-  evalsi promote RUN --dataset NAME --when CEL [--include-outputs] [--store PATH]
-  evalsi shadow -f CANDIDATE [--baseline RUN] [--json] [--store PATH]
-  evalsi schema
+With --server URL, run, runs list/show/compare/export/cancel, view and
+promote use a server's API instead of the local store (run: --project P).
+The token comes from EVALSI_TOKEN or the config file
+($XDG_CONFIG_HOME/evalsi/config.yaml: token: TOKEN, or
+servers: {URL: {token: TOKEN}}), never from a flag.
 
-With --server URL, run, runs list/show/compare/export, view and promote use
-a server's API instead of the local store (run: --project P); the token
-comes from EVALSI_TOKEN or the config file ($XDG_CONFIG_HOME/evalsi/config.yaml:
-token: TOKEN, or servers: {URL: {token: TOKEN}}), never from a flag.
-  evalsi run -f SPEC --server URL [--project P] [--json] [--junit PATH] ...
-  evalsi view --server URL [RUN]    prints the run's page on the server's viewer
+Exit codes: 0 ok; 1 a --fail-under threshold was missed (or runs compare
+--fail-on-regression found a regression); 2 spec or usage error; 3 a trial
+errored; 4 internal error; 130 interrupted (resume with evalsi runs resume RUN).`
 
-Exit codes: 0 ok; 1 a --fail-under threshold was missed; 2 spec or usage
-error; 3 a trial errored; 4 internal error.
-`
+// newRootCmd builds the command tree writing to stdout and stderr; *ran is
+// set once a command's own code starts, so an error before it (an unknown
+// flag or command, bad arguments) is a usage error.
+func newRootCmd(stdout, stderr io.Writer) (*cobra.Command, *bool) {
+	ran := new(bool)
+	root := &cobra.Command{
+		Use:           "evalsi",
+		Short:         "Evaluate AI agents and models",
+		Long:          rootLong,
+		Args:          subcommandArgs,
+		RunE:          needSubcommand,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		PersistentPreRun: func(*cobra.Command, []string) {
+			*ran = true
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &usageError{cmdline.FlagError(c, err)}
+	})
+	root.AddCommand(
+		newRunCmd(stdout, stderr),
+		newRunsCmd(stdout, stderr),
+		newViewCmd(stdout, stderr),
+		newDatasetsCmd(stdout, stderr),
+		newPromoteCmd(stdout, stderr),
+		newShadowCmd(stdout, stderr),
+		newSchemaCmd(stdout),
+	)
+	return root, ran
+}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root, ran := newRootCmd(stdout, stderr)
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		// What to type, on stderr: nothing was asked, so it is a usage error.
+		root.SetOut(stderr)
+		root.InitDefaultHelpCmd()
+		root.InitDefaultCompletionCmd()
+		_ = root.Help()
 		return exitUsage
 	}
-	var err error
-	switch args[0] {
-	case "run":
-		err = cmdRun(ctx, args[1:], stdout, stderr)
-	case "runs":
-		err = cmdRuns(ctx, args[1:], stdout, stderr)
-	case "view":
-		err = cmdView(ctx, args[1:], stdout, stderr)
-	case "datasets":
-		err = cmdDatasets(ctx, args[1:], stdout, stderr)
-	case "promote":
-		err = cmdPromote(ctx, args[1:], stdout, stderr)
-	case "shadow":
-		err = cmdShadow(ctx, args[1:], stdout, stderr)
-	case "schema":
-		err = cmdSchema(args[1:], stdout)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return exitOK
-	default:
-		err = usagef("unknown command %q; run `evalsi help`", args[0])
+	root.SetArgs(cmdline.NormalizeArgs(root, args))
+	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil && !*ran {
+		var ue *usageError
+		if !errors.As(err, &ue) {
+			err = usagef("%v; see `%s --help`", err, cmd.CommandPath())
+		}
 	}
 	return exitCode(err, stderr)
 }
@@ -115,22 +131,20 @@ func exitCode(err error, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stderr, "evalsi:", err)
 	var ue *usageError
-	if errors.As(err, &ue) || errors.Is(err, flag.ErrHelp) {
+	// A telemetry setting the user gave (OTEL_EXPORTER_OTLP_PROTOCOL, ...)
+	// that cannot work is theirs to fix, as a bad flag is.
+	if errors.As(err, &ue) || errors.Is(err, flag.ErrHelp) || errors.Is(err, telemetry.ErrConfig) {
 		return exitUsage
 	}
 	return exitInternal
 }
 
 func newLogger(stderr io.Writer, verbose bool) *slog.Logger {
-	lvl := slog.LevelWarn
+	// Notices (a long silent phase starting) show by default; Info's
+	// per-sandbox and per-request lines only with --verbose.
+	lvl := loglevel.Notice
 	if verbose {
 		lvl = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
-}
-
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl, ReplaceAttr: loglevel.ReplaceAttr}))
 }

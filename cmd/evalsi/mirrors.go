@@ -35,6 +35,8 @@ func (m imageMirrors) Set(v string) error {
 	return nil
 }
 
+func (m imageMirrors) Type() string { return "FROM=TO" }
+
 // apply adds the flags to the spec's environment.image_mirrors, a flag
 // winning over the spec for the same key. A record's own
 // metadata.environment.image_mirrors still lays over the result key by

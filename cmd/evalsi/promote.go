@@ -7,6 +7,8 @@ import (
 	"io"
 	"path/filepath"
 
+	"github.com/spf13/cobra"
+
 	"evals.si/api"
 	"evals.si/apiclient"
 	"evals.si/embedded"
@@ -65,38 +67,56 @@ func (p serverPromoter) Promote(ctx context.Context, req promoteRequest) (promot
 	return promoteResult{Added: res.Added, Skipped: res.Skipped, Where: fmt.Sprintf("%s in the datasets_dir of %s", res.Path, p.c.Base())}, nil
 }
 
+func newPromoteCmd(stdout, stderr io.Writer) *cobra.Command {
+	var req promoteRequest
+	var storePath, server string
+	cmd := &cobra.Command{
+		Use:   "promote RUN --dataset NAME --when CEL [flags]",
+		Short: "Append a run's records where a condition holds to a dataset",
+		Long: `Append the records of run RUN (id or unique prefix) where the CEL condition
+--when holds (over scores, errored, trial and record) to the dataset
+promoted/<project>/NAME.jsonl in the datasets directory (beside the store;
+on a server, its datasets_dir). A promoted record's id is <run>/<record>, so
+promoting the same run again adds nothing.`,
+		Example: `  evalsi promote r-20261129-085301-ab12cd --dataset fix-calc-failures --when 'scores["task-success"] < 1'`,
+		Args:    exactArgs(1, "promote needs one RUN id (or a unique prefix)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req.Run = args[0]
+			return cmdPromote(cmd, req, storePath, server, stdout, stderr)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&req.Dataset, "dataset", "", "the dataset to append to: promoted/<project>/NAME.jsonl in the datasets directory")
+	fs.StringVar(&req.When, "when", "", `CEL condition over scores, errored, trial and record, e.g. 'scores["task-success"] < 1.0'`)
+	fs.BoolVar(&req.IncludeOutputs, "include-outputs", false, "keep each trial's output, scores and trajectory in metadata.promoted_from")
+	fs.StringVar(&storePath, "store", "", "store database `PATH` (default: the user's data directory); datasets go in datasets/ beside it")
+	fs.StringVar(&server, "server", "", serverUsage)
+	return cmd
+}
+
 // cmdPromote is `evalsi promote RUN --dataset NAME --when CEL
 // [--include-outputs]`.
-func cmdPromote(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("evalsi promote", stderr)
-	name := fs.String("dataset", "", "the dataset to append to: promoted/<project>/NAME.jsonl in the datasets directory")
-	when := fs.String("when", "", `CEL condition over scores, errored, trial and record, e.g. 'scores["task-success"] < 1.0'`)
-	withOutputs := fs.Bool("include-outputs", false, "keep each trial's output, scores and trajectory in metadata.promoted_from")
-	storePath := fs.String("store", "", "store database path (default: the user's data directory); datasets go in datasets/ beside it")
-	serverURL := addServerFlag(fs)
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return &usageError{err}
-	}
-	if len(pos) != 1 {
-		return usagef("promote needs one RUN id (or a unique prefix)")
-	}
-	if *name == "" || *when == "" {
+func cmdPromote(cmd *cobra.Command, req promoteRequest, storePath, server string, stdout, stderr io.Writer) error {
+	ctx := cmd.Context()
+	if req.Dataset == "" || req.When == "" {
 		return usagef(`promote needs --dataset NAME and --when CEL, e.g. --when 'scores["task-success"] < 1.0'`)
 	}
-	req := promoteRequest{Run: pos[0], Dataset: *name, When: *when, IncludeOutputs: *withOutputs}
-	if *serverURL != "" {
-		if err := refuseWithServer(fs, "store"); err != nil {
+	if server != "" {
+		if err := refuseWithServer(cmd.Flags(), "store"); err != nil {
 			return err
 		}
-		c, err := dialServer(*serverURL)
+		c, err := dialServer(server)
 		if err != nil {
 			return err
 		}
 		return promote(ctx, serverPromoter{c}, req, stdout)
 	}
-	path := *storePath
+	if err := storeMustExist(storePath); err != nil {
+		return err
+	}
+	path := storePath
 	if path == "" {
+		var err error
 		if path, err = store.DefaultPath(); err != nil {
 			return err
 		}

@@ -41,7 +41,7 @@ func runOnServer(ctx context.Context, c *apiclient.Client, f *spec.File, project
 
 	var prog *progressPrinter
 	if !o.asJSON {
-		prog = newProgressPrinter(stdout)
+		prog = newProgressPrinter(stdout, o.verbose)
 	}
 	feed := &trialFeed{c: c, runID: run.ID, pass: planner.PassScore(f.Spec), prog: prog, logger: logger}
 	last, err := c.Follow(ctx, run.ID, followEvery, func(r api.Run) { feed.update(ctx, r) })

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"io"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"evals.si/embedded"
 	"evals.si/report"
@@ -17,6 +19,8 @@ import (
 type runsReader interface {
 	report.DetailStore
 	ListRuns(ctx context.Context, opt store.ListRunsOptions) ([]store.Run, error)
+	// CountTrials counts a run's trials (current attempts) by status.
+	CountTrials(ctx context.Context, runID string) (map[string]int, error)
 	// ExportJSONL and ExportParquet write the run's `runs export`.
 	ExportJSONL(ctx context.Context, w io.Writer, runID string) error
 	ExportParquet(ctx context.Context, w io.Writer, runID string) error
@@ -33,8 +37,7 @@ func (l localRuns) ExportParquet(ctx context.Context, w io.Writer, runID string)
 	return report.ExportParquet(ctx, w, l.Store, runID)
 }
 
-// runsFlags say where `runs` reads; subcommands that take flags after
-// their arguments register them again, sharing the values.
+// runsFlags say where `runs` reads.
 type runsFlags struct {
 	storePath, server string
 	// fixed, when set, is the reader to use, and --store and --server are
@@ -42,15 +45,16 @@ type runsFlags struct {
 	fixed runsReader
 }
 
-func (rf *runsFlags) register(fs *flag.FlagSet) {
+func (rf *runsFlags) register(fs *pflag.FlagSet) {
 	if rf.fixed != nil {
 		return
 	}
-	fs.StringVar(&rf.storePath, "store", rf.storePath, "store database path (default: the user's data directory)")
-	fs.StringVar(&rf.server, "server", rf.server, serverUsage)
+	addStoreFlag(fs, &rf.storePath)
+	fs.StringVar(&rf.server, "server", "", serverUsage)
 }
 
-// open returns the reader and what closes it.
+// open returns the reader and what closes it. The commands that open it
+// only read, so a --store that names no file is refused.
 func (rf *runsFlags) open(ctx context.Context, stderr io.Writer) (runsReader, func(), error) {
 	if rf.fixed != nil {
 		return rf.fixed, func() {}, nil
@@ -65,6 +69,9 @@ func (rf *runsFlags) open(ctx context.Context, stderr io.Writer) (runsReader, fu
 		}
 		return newAPIStore(c), func() {}, nil
 	}
+	if err := storeMustExist(rf.storePath); err != nil {
+		return nil, nil, err
+	}
 	app, err := embedded.Open(ctx, embedded.Options{StorePath: rf.storePath, Logger: newLogger(stderr, false)})
 	if err != nil {
 		return nil, nil, err
@@ -72,81 +79,135 @@ func (rf *runsFlags) open(ctx context.Context, stderr io.Writer) (runsReader, fu
 	return localRuns{app.Store()}, func() { app.Close() }, nil
 }
 
-func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("runs needs a subcommand: list, show RUN")
-	}
-	fs := newFlagSet("evalsi runs "+args[0], stderr)
-	rf := &runsFlags{}
-	rf.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	limit := fs.Int("limit", 50, "list at most this many runs")
-	if err := fs.Parse(args[1:]); err != nil {
+// notFoundIsUsage makes a run that is not there (or a prefix of several) a
+// usage error: the user named it.
+func notFoundIsUsage(err error) error {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrAmbiguous) {
 		return &usageError{err}
 	}
-	pos := fs.Args()
-	switch args[0] {
-	case "list", "show", "resume", "cancel":
-		// These take their flags after the run too (compare and export
-		// parse their own).
-		var err error
-		if pos, err = parseInterleaved(fs, pos); err != nil {
-			return &usageError{err}
-		}
+	return err
+}
+
+func newRunsCmd(stdout, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "runs",
+		Short: "List, show, compare, export, resume and cancel stored runs",
+		Long: `Read the runs in the local store (--store, default: the user's data
+directory), or on a server with --server URL.`,
+		Args: subcommandArgs,
+		RunE: needSubcommand,
 	}
-	switch args[0] {
-	case "list", "show":
-	case "resume":
-		if rf.server != "" {
-			return usagef("runs resume with --server: a server reopens runs its workers left by itself; follow one with `evalsi runs show RUN --server URL`")
-		}
-		app, err := embedded.Open(ctx, embedded.Options{StorePath: rf.storePath, Logger: newLogger(stderr, false)})
-		if err != nil {
-			return err
-		}
-		defer app.Close()
-		return cmdRunsResume(ctx, app, pos, *asJSON, stdout, stderr)
-	case "cancel":
-		return cmdRunsCancel(ctx, rf, pos, *asJSON, stdout)
-	case "compare":
-		return cmdRunsCompare(ctx, rf, fs.Args(), *asJSON, stdout, stderr)
-	case "export":
-		return cmdRunsExport(ctx, rf, fs.Args(), stdout, stderr)
-	default:
-		return usagef("unknown runs subcommand %q (list, show, resume, cancel, compare, export)", args[0])
-	}
-	st, closeStore, err := rf.open(ctx, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	switch args[0] {
-	case "list":
-		if len(pos) > 0 {
-			return usagef("runs list takes no arguments, got %q", pos)
-		}
-		runs, err := st.ListRuns(ctx, store.ListRunsOptions{Limit: *limit})
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return json.NewEncoder(stdout).Encode(runs)
-		}
-		return report.WriteRuns(stdout, runs)
-	default: // show
-		if len(pos) != 1 {
-			return usagef("runs show needs one RUN id (or a unique prefix)")
-		}
-		d, err := report.LoadRunDetail(ctx, st, pos[0])
-		if err != nil {
-			if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrAmbiguous) {
-				return &usageError{err}
+	cmd.AddCommand(
+		newRunsListCmd(stdout, stderr),
+		newRunsShowCmd(stdout, stderr),
+		newRunsCompareCmd(stdout, stderr),
+		newRunsExportCmd(stdout, stderr),
+		newRunsResumeCmd(stdout, stderr),
+		newRunsCancelCmd(stdout, stderr),
+	)
+	return cmd
+}
+
+func newRunsListCmd(stdout, stderr io.Writer) *cobra.Command {
+	rf := &runsFlags{}
+	var asJSON bool
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "list [flags]",
+		Short: "List runs, newest first",
+		Long: `List runs, newest first: id, name, target (model or agent kind), status as
+a person reads it ("completed with errors" when trials errored), trials done
+of records × trials, and a score summary ("task-success=0.667 (4/6)").
+
+With --json, an array ([] when there are none) of objects with the keys of
+evalsi run --json (run_id, status, records, trials, errored, scores,
+cost_usd, tokens, ...) plus name, status_label, target, trials_total,
+trials_done, created_at, finished_at.`,
+		Aliases: []string{"ls"},
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			st, closeStore, err := rf.open(ctx, stderr)
+			if err != nil {
+				return err
 			}
-			return err
-		}
-		if *asJSON {
-			return json.NewEncoder(stdout).Encode(d)
-		}
-		return report.WriteRunDetail(stdout, d)
+			defer closeStore()
+			runs, err := st.ListRuns(ctx, store.ListRunsOptions{Limit: limit})
+			if err != nil {
+				return err
+			}
+			rows := make([]report.RunRow, 0, len(runs))
+			for _, r := range runs {
+				counts, err := st.CountTrials(ctx, r.ID)
+				if err != nil {
+					return err
+				}
+				rows = append(rows, report.RunRow{Run: r, Counts: counts})
+			}
+			if asJSON {
+				js, err := report.RunsJSON(rows)
+				if err != nil {
+					return err
+				}
+				return json.NewEncoder(stdout).Encode(js)
+			}
+			return report.WriteRuns(stdout, rows)
+		},
 	}
+	fs := cmd.Flags()
+	fs.BoolVar(&asJSON, "json", false, "print a JSON array of runs")
+	fs.IntVar(&limit, "limit", 50, "list at most this many runs")
+	rf.register(fs)
+	return cmd
+}
+
+func newRunsShowCmd(stdout, stderr io.Writer) *cobra.Command {
+	rf := &runsFlags{}
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show RUN [flags]",
+		Short: "Show a run: each trial's status, scores, trajectory, error and checker output",
+		Long: `Show a run (id or unique prefix): its status, target and scores, then per
+trial its status, scores and trajectory summary (steps, tool calls, tokens,
+cost, time), and for each trial that errored or was checked the error whole
+and the checker's verdict and output.
+
+With --json, one object with the keys of evalsi run --json plus those of
+runs list --json, and "trial_results": one object per trial (trial_id, record_id,
+trial, attempt, status, passed, error_kind, error, scores, usage, tokens,
+cost_usd, duration_seconds, and trajectory: steps, model_calls, tool_calls,
+policy_events, checker with its whole output, errors).`,
+		Args: exactArgs(1, "runs show needs one RUN id (or a unique prefix)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			st, closeStore, err := rf.open(ctx, stderr)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			d, err := report.LoadRunDetail(ctx, st, args[0])
+			if err != nil {
+				return notFoundIsUsage(err)
+			}
+			// A server's API does not list a trial's events here; the
+			// local store does.
+			if er, ok := st.(report.EventReader); ok {
+				if err := report.LoadTrajectories(ctx, er, &d); err != nil {
+					return err
+				}
+			}
+			if asJSON {
+				js, err := report.RunDetailJSON(d)
+				if err != nil {
+					return err
+				}
+				return json.NewEncoder(stdout).Encode(js)
+			}
+			return report.WriteRunDetail(stdout, d)
+		},
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&asJSON, "json", false, "print the run and its trials as one JSON object")
+	rf.register(fs)
+	return cmd
 }

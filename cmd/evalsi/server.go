@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"evals.si/api"
 	"evals.si/apiclient"
 	"evals.si/report"
@@ -26,12 +27,7 @@ import (
 	"evals.si/trajectory"
 )
 
-const serverUsage = "a server's URL (http://host:port): use its API instead of the local store; the token comes from EVALSI_TOKEN or the config file"
-
-// addServerFlag registers --server on fs.
-func addServerFlag(fs *flag.FlagSet) *string {
-	return fs.String("server", "", serverUsage)
-}
+const serverUsage = "a server's `URL` (http://host:port): use its API instead of the local store; the token comes from EVALSI_TOKEN or the config file"
 
 // dialServer returns a client of the server at base, with the token for it.
 func dialServer(base string) (*apiclient.Client, error) {
@@ -65,15 +61,13 @@ func serverErr(err error) error {
 }
 
 // refuseWithServer names the flags a command cannot honour with --server.
-func refuseWithServer(fs *flag.FlagSet, names ...string) error {
+func refuseWithServer(fs *pflag.FlagSet, names ...string) error {
 	var set []string
-	fs.Visit(func(f *flag.Flag) {
-		for _, n := range names {
-			if f.Name == n {
-				set = append(set, "--"+n)
-			}
+	for _, n := range names {
+		if fs.Changed(n) {
+			set = append(set, "--"+n)
 		}
-	})
+	}
 	if len(set) > 0 {
 		return usagef("%v cannot be used with --server (it names this machine's store)", set)
 	}
@@ -88,11 +82,27 @@ type apiStore struct {
 	c *apiclient.Client
 
 	mu     sync.Mutex
-	trials map[string][]api.Trial // by run id, read once
+	trials map[string][]api.Trial    // by run id, read once
+	counts map[string]map[string]int // trial counts by run id, as ListRuns saw them
 }
 
 func newAPIStore(c *apiclient.Client) *apiStore {
-	return &apiStore{c: c, trials: map[string][]api.Trial{}}
+	return &apiStore{c: c, trials: map[string][]api.Trial{}, counts: map[string]map[string]int{}}
+}
+
+// CountTrials is the run's trial counts the API sends with it.
+func (s *apiStore) CountTrials(ctx context.Context, runID string) (map[string]int, error) {
+	s.mu.Lock()
+	n, ok := s.counts[runID]
+	s.mu.Unlock()
+	if ok {
+		return n, nil
+	}
+	r, err := s.c.Run(ctx, runID)
+	if err != nil {
+		return nil, serverErr(err)
+	}
+	return r.Counts, nil
 }
 
 func (s *apiStore) GetRun(ctx context.Context, id string) (store.Run, error) {
@@ -197,6 +207,9 @@ func (s *apiStore) ListRuns(ctx context.Context, opt store.ListRunsOptions) ([]s
 	}
 	var out []store.Run // nil when there are none, as the store answers
 	for _, r := range l.Runs {
+		s.mu.Lock()
+		s.counts[r.ID] = r.Counts
+		s.mu.Unlock()
 		sr, err := storeRun(r)
 		if err != nil {
 			return nil, err

@@ -21,7 +21,6 @@ import (
 	"evals.si/dataset"
 	"evals.si/internal/testenv/servertest"
 	"evals.si/modelserver"
-	"evals.si/report"
 	"evals.si/spec"
 )
 
@@ -134,7 +133,7 @@ func TestServerCLI(t *testing.T) {
 	if r := cli(ctx, "runs", "list", "--server", s.url); r.code != 0 || !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "exact-match=0.5") {
 		t.Errorf("runs list --server: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if r := cli(ctx, "runs", "list", "--json", "--server", s.url); r.code != 0 || !strings.Contains(r.stdout, `"ID":"`+id+`"`) {
+	if r := cli(ctx, "runs", "list", "--json", "--server", s.url); r.code != 0 || !strings.Contains(r.stdout, `"run_id":"`+id+`"`) {
 		t.Errorf("runs list --server --json: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	// The run by a prefix, the flag after it.
@@ -160,8 +159,8 @@ func TestServerCLI(t *testing.T) {
 	pq := filepath.Join(t.TempDir(), "run.parquet")
 	if r := cli(ctx, "runs", "export", id, "--format", "parquet", "-o", pq, "--server", s.url); r.code != 0 {
 		t.Errorf("runs export --format parquet --server: exit %d\n%s", r.code, r.stderr)
-	} else if rows, err := parquet.ReadFile[report.ParquetTrial](pq); err != nil || len(rows) != 4 || !strings.Contains(rows[0].Record, `"id":"france"`) ||
-		!strings.Contains(rows[0].Events, `"seq":1`) || !strings.Contains(rows[0].Scores, `"exact-match":1`) {
+	} else if rows, err := parquet.ReadFile[parquetScoreRow](pq); err != nil || len(rows) != 4 || !strings.Contains(rows[0].Record, `"id":"france"`) ||
+		!strings.Contains(rows[0].Events, `"seq":1`) || rows[0].ExactMatch == nil || *rows[0].ExactMatch != 1 {
 		t.Errorf("parquet rows %+v (%v)", rows, err)
 	}
 	if r := cli(ctx, "view", "--server", s.url, id[:len(id)-2]); r.code != 0 || !strings.Contains(r.stdout, s.url+"/runs/"+id+"\n") || !strings.Contains(r.stdout, s.url+"/login") {
@@ -366,4 +365,12 @@ func (w *notifyWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.String()
+}
+
+// parquetScoreRow reads an export's record, events and its exact-match
+// score column (each score is a DOUBLE column of its own).
+type parquetScoreRow struct {
+	Record     string   `parquet:"record_json"`
+	Events     string   `parquet:"events_json"`
+	ExactMatch *float64 `parquet:"exact-match,optional"`
 }

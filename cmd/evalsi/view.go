@@ -10,40 +10,67 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"evals.si/store"
 	"evals.si/web"
 )
 
-// cmdView serves the run viewer until interrupted.
-func cmdView(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("evalsi view", stderr)
-	storePath := fs.String("store", "", "store database path (default: the user's data directory)")
-	listen := fs.String("listen", "127.0.0.1:0", "address to serve on (port 0 picks a free port)")
-	verbose := fs.Bool("v", false, "verbose logs on stderr")
-	serverURL := addServerFlag(fs)
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return &usageError{err}
+// viewFlags are `evalsi view`'s.
+type viewFlags struct {
+	storePath, listen, server string
+	verbose                   bool
+}
+
+func newViewCmd(stdout, stderr io.Writer) *cobra.Command {
+	vf := &viewFlags{}
+	cmd := &cobra.Command{
+		Use:   "view [flags] | view --server URL [RUN]",
+		Short: "Serve the run viewer for the local store (or print a run's page on a server)",
+		Long: `Serve the run viewer (runs, trials as transcripts, comparisons) for the local
+store on --listen until interrupted; it has no authentication, so it listens
+on loopback unless told otherwise. With --server URL, print where the
+server's own viewer shows the run (or all runs) instead.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if vf.server == "" && len(args) > 0 {
+				return usagef("view takes no arguments, got %q (a run's page is on a server's viewer: --server URL RUN)", args)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cmdView(cmd, vf, args, stdout, stderr)
+		},
 	}
-	if *serverURL != "" {
-		if err := refuseWithServer(fs, "store", "listen"); err != nil {
+	fs := cmd.Flags()
+	addStoreFlag(fs, &vf.storePath)
+	fs.StringVar(&vf.listen, "listen", "127.0.0.1:0", "address to serve on (port 0 picks a free port)")
+	fs.BoolVarP(&vf.verbose, "verbose", "v", false, "debug logs on stderr")
+	fs.StringVar(&vf.server, "server", "", serverUsage)
+	return cmd
+}
+
+// cmdView serves the run viewer until interrupted.
+func cmdView(cmd *cobra.Command, vf *viewFlags, pos []string, stdout, stderr io.Writer) error {
+	ctx := cmd.Context()
+	if vf.server != "" {
+		if err := refuseWithServer(cmd.Flags(), "store", "listen"); err != nil {
 			return err
 		}
-		return viewOnServer(ctx, *serverURL, pos, stdout)
+		return viewOnServer(ctx, vf.server, pos, stdout)
 	}
-	if len(pos) > 0 {
-		return usagef("view takes no arguments, got %q (a run's page is on a server's viewer: --server URL RUN)", pos)
+	if err := storeMustExist(vf.storePath); err != nil {
+		return err
 	}
-	logger := newLogger(stderr, *verbose)
-	st, err := store.Open(ctx, *storePath)
+	logger := newLogger(stderr, vf.verbose)
+	st, err := store.Open(ctx, vf.storePath)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", vf.listen)
 	if err != nil {
-		return usagef("--listen %s: %v", *listen, err)
+		return usagef("--listen %s: %v", vf.listen, err)
 	}
 	addr := ln.Addr().(*net.TCPAddr)
 	if !addr.IP.IsLoopback() {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -42,9 +41,16 @@ type operatorOptions struct {
 // It serves /healthz and /readyz on --health-listen and Prometheus metrics
 // (controller-runtime's registry: reconciles, work queues, client calls)
 // at /metrics on --metrics-listen.
-func operator(ctx context.Context, args []string, stderr io.Writer, logger *slog.Logger) error {
-	fs := flag.NewFlagSet("evalsid operator", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func newOperatorCmd(stderr io.Writer, logger *slog.Logger) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "operator [flags]",
+		Short: "Run the Kubernetes operator (EvalRun and SandboxClass controllers)",
+		Long: `Run the EvalRun and SandboxClass controllers until interrupted, serving
+/healthz and /readyz on --health-listen and Prometheus metrics on
+--metrics-listen. See docs/kubernetes.md.`,
+		Args: noArgs,
+	}
+	fs := cmd.Flags()
 	var o operatorOptions
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, else the pod's service account)")
 	fs.StringVar(&o.metricsListen, "metrics-listen", ":8080", `address of /metrics ("0" turns it off)`)
@@ -57,25 +63,26 @@ func operator(ctx context.Context, args []string, stderr io.Writer, logger *slog
 		o.servers = append(o.servers, strings.TrimRight(v, "/"))
 		return nil
 	})
-	if err := fs.Parse(args); err != nil {
-		return usageErr{err}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		if len(args) > 0 {
+			return usageErr{fmt.Errorf("operator takes no arguments, not %q", args)}
+		}
+		cfg, err := restConfig(o.kubeconfig)
+		if err != nil {
+			return err
+		}
+		mgr, err := newOperator(cfg, o, logger)
+		if err != nil {
+			return err
+		}
+		logger.Info("operator starting", "metrics", o.metricsListen, "health", o.healthListen, "leader_elect", o.leaderElect)
+		if err := mgr.Start(ctx); err != nil {
+			return fmt.Errorf("running the operator: %w", err)
+		}
+		return nil
 	}
-	if fs.NArg() > 0 {
-		return usageErr{fmt.Errorf("operator takes no arguments, not %q", fs.Args())}
-	}
-	cfg, err := restConfig(o.kubeconfig)
-	if err != nil {
-		return err
-	}
-	mgr, err := newOperator(cfg, o, logger)
-	if err != nil {
-		return err
-	}
-	logger.Info("operator starting", "metrics", o.metricsListen, "health", o.healthListen, "leader_elect", o.leaderElect)
-	if err := mgr.Start(ctx); err != nil {
-		return fmt.Errorf("running the operator: %w", err)
-	}
-	return nil
+	return cmd
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

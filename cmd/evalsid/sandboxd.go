@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml"
+	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"evals.si/image"
@@ -31,9 +31,16 @@ import (
 
 // sandboxd is `evalsid sandboxd`: the sandbox pool workers lease their
 // sandboxes from over mutual TLS.
-func sandboxd(ctx context.Context, args []string, stderr io.Writer, logger *slog.Logger) error {
-	fs := flag.NewFlagSet("evalsid sandboxd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func newSandboxdCmd(stderr io.Writer, logger *slog.Logger) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sandboxd --listen ADDR --tls-cert FILE --tls-key FILE --client-ca FILE --state-dir DIR [flags]",
+		Short: "Serve a sandbox pool that workers lease sandboxes from over mutual TLS",
+		Long: `Serve a sandbox pool: workers lease sandboxes (on --rung: bwrap, landlock,
+firecracker, qemu or pod) from it over mutual TLS, so the machines that hold
+credentials never run sandboxes themselves. See docs/sandboxd.md.`,
+		Args: noArgs,
+	}
+	fs := cmd.Flags()
 	listen := fs.String("listen", "", "serve the pool's API on this address (host:port), mutual TLS only")
 	certFile := fs.String("tls-cert", "", "the pool's certificate (PEM)")
 	keyFile := fs.String("tls-key", "", "the pool's private key (PEM)")
@@ -68,111 +75,112 @@ func sandboxd(ctx context.Context, args []string, stderr io.Writer, logger *slog
 	fs.DurationVar(&maxl.CommandTimeout, "max-command-timeout", 0, "the longest any command may run, whatever its run asks (default: no bound); one that asks none gets the usual 10m, or this when shorter")
 	maxObjects := fs.Int("max-objects", pool.DefaultMaxObjects, "the most sandboxes, snapshots and proxies one client may hold at once (on the pod rung each sandbox is a pod and a NetworkPolicy)")
 	maxRequests := fs.Int("max-requests", pool.DefaultMaxRequests, "the most requests one client may have in flight at once (execs, file transfers, creates, ...); past it the pool answers 429")
-	if err := fs.Parse(args); err != nil {
-		return usageErr{err}
-	}
-	if *listen == "" || *certFile == "" || *keyFile == "" || *clientCA == "" || *stateDir == "" || fs.NArg() > 0 {
-		return usageErr{errors.New("sandboxd needs --listen ADDR --tls-cert FILE --tls-key FILE --client-ca FILE --state-dir DIR")}
-	}
-	if *maxRequests <= 0 {
-		return usageErr{fmt.Errorf("--max-requests %d: want 1 or more", *maxRequests)}
-	}
-	if *maxObjects < 1 {
-		return usageErr{fmt.Errorf("--max-objects %d: want 1 or more", *maxObjects)}
-	}
-	var rung sandbox.Rung
-	var sweeper sandbox.Sweeper
-	switch *rungName {
-	case sandbox.RungBwrap:
-		rung = bwrap.New(bwrap.Options{})
-	case sandbox.RungLandlock:
-		rung = landlock.New()
-	case sandbox.RungFirecracker:
-		if vmSet.Kernel == "" {
-			vmSet.Kernel = "/var/lib/evalsi/vmlinux"
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		if *listen == "" || *certFile == "" || *keyFile == "" || *clientCA == "" || *stateDir == "" || len(args) > 0 {
+			return usageErr{errors.New("sandboxd needs --listen ADDR --tls-cert FILE --tls-key FILE --client-ca FILE --state-dir DIR")}
 		}
-		fc := firecracker.New(firecracker.Options{Jailer: *jailer, UID: *jailUID, GID: *jailGID})
-		rung = vm.New(vm.Options{VMM: fc, RawDisks: true, Settings: vmSet, CacheDir: filepath.Join(*stateDir, "vm")})
-	case sandbox.RungQEMU:
-		rung = vm.New(vm.Options{VMM: qemu.New(qemu.Options{}), Settings: vmSet, CacheDir: filepath.Join(*stateDir, "vm")})
-	case podrung.Name:
-		r, err := po.rung(logger)
+		if *maxRequests <= 0 {
+			return usageErr{fmt.Errorf("--max-requests %d: want 1 or more", *maxRequests)}
+		}
+		if *maxObjects < 1 {
+			return usageErr{fmt.Errorf("--max-objects %d: want 1 or more", *maxObjects)}
+		}
+		var rung sandbox.Rung
+		var sweeper sandbox.Sweeper
+		switch *rungName {
+		case sandbox.RungBwrap:
+			rung = bwrap.New(bwrap.Options{})
+		case sandbox.RungLandlock:
+			rung = landlock.New()
+		case sandbox.RungFirecracker:
+			if vmSet.Kernel == "" {
+				vmSet.Kernel = "/var/lib/evalsi/vmlinux"
+			}
+			fc := firecracker.New(firecracker.Options{Jailer: *jailer, UID: *jailUID, GID: *jailGID})
+			rung = vm.New(vm.Options{VMM: fc, RawDisks: true, Settings: vmSet, CacheDir: filepath.Join(*stateDir, "vm")})
+		case sandbox.RungQEMU:
+			rung = vm.New(vm.Options{VMM: qemu.New(qemu.Options{}), Settings: vmSet, CacheDir: filepath.Join(*stateDir, "vm")})
+		case podrung.Name:
+			r, err := po.rung(logger)
+			if err != nil {
+				return usageErr{err}
+			}
+			rung, sweeper = r, r
+		default:
+			return usageErr{fmt.Errorf("--rung %q: bwrap, landlock, firecracker, qemu or pod", *rungName)}
+		}
+		tlsCfg, err := pool.TLSConfig(*certFile, *keyFile, *clientCA)
 		if err != nil {
 			return usageErr{err}
 		}
-		rung, sweeper = r, r
-	default:
-		return usageErr{fmt.Errorf("--rung %q: bwrap, landlock, firecracker, qemu or pod", *rungName)}
-	}
-	tlsCfg, err := pool.TLSConfig(*certFile, *keyFile, *clientCA)
-	if err != nil {
-		return usageErr{err}
-	}
-	// The pod rung's images are the cluster's to pull; the other rungs run
-	// images from the pool's own cache.
-	clusterImages := rung.Name() == podrung.Name
-	var imgs pool.Images
-	if !clusterImages {
-		tr, err := pool.RegistryTransport(allowRegistries, logger)
+		// The pod rung's images are the cluster's to pull; the other rungs run
+		// images from the pool's own cache.
+		clusterImages := rung.Name() == podrung.Name
+		var imgs pool.Images
+		if !clusterImages {
+			tr, err := pool.RegistryTransport(allowRegistries, logger)
+			if err != nil {
+				return usageErr{fmt.Errorf("--allow-registry: %w", err)}
+			}
+			st, err := image.Open(filepath.Join(*stateDir, "images"), logger, image.WithTransport(tr))
+			if err != nil {
+				return fmt.Errorf("opening the pool's image cache: %w", err)
+			}
+			imgs = st
+		}
+		lim := pool.Limits{Max: maxl}
+		if rung.Name() == podrung.Name {
+			// --pod-cpu, --pod-memory and --pod-disk-mb are what a sandbox gets
+			// when its run asks none: under a maximum they stay that, instead
+			// of the pool handing such a sandbox the maximum.
+			if lim.Default, err = po.defaults(); err != nil {
+				return usageErr{err}
+			}
+		}
+		srv, err := pool.New(ctx, pool.Options{Rung: rung, Images: imgs, ClusterImages: clusterImages, Sweeper: sweeper, StateDir: filepath.Join(*stateDir, "pool"),
+			LeaseTTL: *ttl, AllowLocalImages: *allowLocal, AllowHostRoot: *hostRoot, AllowRegistries: allowRegistries, AllowHosts: allowHosts, Limits: lim, MaxRequests: *maxRequests, MaxObjects: *maxObjects, Logger: logger})
 		if err != nil {
-			return usageErr{fmt.Errorf("--allow-registry: %w", err)}
+			return err
 		}
-		st, err := image.Open(filepath.Join(*stateDir, "images"), logger, image.WithTransport(tr))
+		defer srv.Close(context.Background())
+		ln, err := net.Listen("tcp", *listen)
 		if err != nil {
-			return fmt.Errorf("opening the pool's image cache: %w", err)
+			return fmt.Errorf("sandboxd: listening on %s: %w", *listen, err)
 		}
-		imgs = st
-	}
-	lim := pool.Limits{Max: maxl}
-	if rung.Name() == podrung.Name {
-		// --pod-cpu, --pod-memory and --pod-disk-mb are what a sandbox gets
-		// when its run asks none: under a maximum they stay that, instead
-		// of the pool handing such a sandbox the maximum.
-		if lim.Default, err = po.defaults(); err != nil {
-			return usageErr{err}
+		hs := srv.HTTPServer(tlsCfg, slog.NewLogLogger(logger.Handler(), slog.LevelDebug))
+		errc := make(chan error, 2)
+		go func() { errc <- hs.ServeTLS(ln, "", "") }()
+		if *health != "" {
+			hl, err := net.Listen("tcp", *health)
+			if err != nil {
+				return fmt.Errorf("sandboxd: listening on %s for health: %w", *health, err)
+			}
+			mux := http.NewServeMux()
+			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+			hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			go func() { errc <- hsrv.Serve(hl) }()
+			defer hsrv.Close()
 		}
-	}
-	srv, err := pool.New(ctx, pool.Options{Rung: rung, Images: imgs, ClusterImages: clusterImages, Sweeper: sweeper, StateDir: filepath.Join(*stateDir, "pool"),
-		LeaseTTL: *ttl, AllowLocalImages: *allowLocal, AllowHostRoot: *hostRoot, AllowRegistries: allowRegistries, AllowHosts: allowHosts, Limits: lim, MaxRequests: *maxRequests, MaxObjects: *maxObjects, Logger: logger})
-	if err != nil {
-		return err
-	}
-	defer srv.Close(context.Background())
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return fmt.Errorf("sandboxd: listening on %s: %w", *listen, err)
-	}
-	hs := srv.HTTPServer(tlsCfg, slog.NewLogLogger(logger.Handler(), slog.LevelDebug))
-	errc := make(chan error, 2)
-	go func() { errc <- hs.ServeTLS(ln, "", "") }()
-	if *health != "" {
-		hl, err := net.Listen("tcp", *health)
-		if err != nil {
-			return fmt.Errorf("sandboxd: listening on %s for health: %w", *health, err)
+		logger.Info("sandbox pool listening", "addr", ln.Addr().String(), "rung", rung.Name(), "lease_ttl", *ttl, "max_limits", maxl, "max_requests", *maxRequests)
+		select {
+		case <-ctx.Done():
+		case err := <-errc:
+			if !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("sandboxd: serving: %w", err)
+			}
 		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-		hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- hsrv.Serve(hl) }()
-		defer hsrv.Close()
-	}
-	logger.Info("sandbox pool listening", "addr", ln.Addr().String(), "rung", rung.Name(), "lease_ttl", *ttl, "max_limits", maxl, "max_requests", *maxRequests)
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("sandboxd: serving: %w", err)
+		// The pool first: closing its proxies ends their event streams, which
+		// Shutdown would otherwise wait for.
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := srv.Close(sctx); err != nil {
+			logger.Warn("closing the sandbox pool", "err", err)
 		}
+		hs.Shutdown(sctx)
+		return nil
 	}
-	// The pool first: closing its proxies ends their event streams, which
-	// Shutdown would otherwise wait for.
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := srv.Close(sctx); err != nil {
-		logger.Warn("closing the sandbox pool", "err", err)
-	}
-	hs.Shutdown(sctx)
-	return nil
+	return cmd
 }
 
 // workerConfig is worker.yaml.

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"log/slog"
 	"strings"
 
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"evals.si/sandbox"
@@ -22,7 +22,7 @@ type podFlags struct {
 	diskMB                                                             int
 }
 
-func (p *podFlags) register(fs *flag.FlagSet) {
+func (p *podFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&p.kubeconfig, "kubeconfig", "", "with --rung pod: the cluster (default: $KUBECONFIG, else the pod's service account)")
 	fs.StringVar(&p.namespace, "pod-namespace", "", "with --rung pod: the namespace the sandbox pods run in")
 	fs.StringVar(&p.pool, "pod-pool", "", "with --rung pod: this pool's name on its pods (label evals.si/pool)")
@@ -78,3 +78,4 @@ type stringList []string
 
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+func (l *stringList) Type() string       { return "string" }

@@ -1,22 +1,29 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+
+	"github.com/spf13/cobra"
 
 	"evals.si/apiclient"
 	"evals.si/embedded"
 	"evals.si/remoteworker"
 )
 
-func worker(ctx context.Context, args []string, stderr io.Writer, logger *slog.Logger) error {
-	fs := flag.NewFlagSet("evalsid worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func newWorkerCmd(stderr io.Writer, logger *slog.Logger) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "worker --server URL [flags]",
+		Short: "Lease trials from a server and run them",
+		Long: `Lease trials from a server and run them on this machine, or in sandboxes
+leased from a sandbox pool (--sandbox-address). The token is read from
+EVALSI_TOKEN or the config file.`,
+		Args: noArgs,
+	}
+	fs := cmd.Flags()
 	serverURL := fs.String("server", "", "the server to lease trials from (http://host:port); the token is read from EVALSI_TOKEN or the config file")
 	name := fs.String("name", "", "this worker's name on its leases (default: host-pid)")
 	slots := fs.Int("slots", 0, "trials run at once (default: 2 per CPU)")
@@ -30,57 +37,58 @@ func worker(ctx context.Context, args []string, stderr io.Writer, logger *slog.L
 	fs.StringVar(&sb.CA, "sandbox-ca", "", "the CA that signed the pool's certificate (sandbox.ca)")
 	fs.StringVar(&sb.Cert, "sandbox-cert", "", "this worker's client certificate for the pool (sandbox.cert)")
 	fs.StringVar(&sb.Key, "sandbox-key", "", "its private key (sandbox.key)")
-	if err := fs.Parse(args); err != nil {
-		return usageErr{err}
-	}
-	if *cfgPath != "" {
-		cfg, err := loadWorkerConfig(*cfgPath)
-		if err != nil {
-			return usageErr{err}
-		}
-		// Flags win over the file.
-		if sb.Address == "" {
-			sb.Address = cfg.Sandbox.Address
-		}
-		for _, f := range []struct{ flag, file *string }{{&sb.CA, &cfg.Sandbox.CA}, {&sb.Cert, &cfg.Sandbox.Cert}, {&sb.Key, &cfg.Sandbox.Key}} {
-			if *f.flag == "" {
-				*f.flag = *f.file
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		if *cfgPath != "" {
+			cfg, err := loadWorkerConfig(*cfgPath)
+			if err != nil {
+				return usageErr{err}
+			}
+			// Flags win over the file.
+			if sb.Address == "" {
+				sb.Address = cfg.Sandbox.Address
+			}
+			for _, f := range []struct{ flag, file *string }{{&sb.CA, &cfg.Sandbox.CA}, {&sb.Cert, &cfg.Sandbox.Cert}, {&sb.Key, &cfg.Sandbox.Key}} {
+				if *f.flag == "" {
+					*f.flag = *f.file
+				}
 			}
 		}
-	}
-	if *serverURL == "" || fs.NArg() > 0 {
-		return usageErr{errors.New("worker needs --server URL and nothing else")}
-	}
-	tok, err := apiclient.Token(os.Getenv, *serverURL)
-	if err != nil {
-		return err
-	}
-	client, err := apiclient.New(*serverURL, tok)
-	if err != nil {
-		return usageErr{err}
-	}
-	var metrics *remoteworker.Metrics
-	if *metricsListen != "" {
-		metrics = remoteworker.NewMetrics()
-		stop, err := serveProbes(*metricsListen, metrics.Handler(logger), logger)
+		if *serverURL == "" || len(args) > 0 {
+			return usageErr{errors.New("worker needs --server URL and nothing else")}
+		}
+		tok, err := apiclient.Token(os.Getenv, *serverURL)
 		if err != nil {
 			return err
 		}
-		defer stop()
+		client, err := apiclient.New(*serverURL, tok)
+		if err != nil {
+			return usageErr{err}
+		}
+		var metrics *remoteworker.Metrics
+		if *metricsListen != "" {
+			metrics = remoteworker.NewMetrics()
+			stop, err := serveProbes(*metricsListen, metrics.Handler(logger), logger)
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
+		hostOpts := embedded.HostOptions{StateDir: *stateDir, Logger: logger}
+		pool, err := dialPool(ctx, sb, logger)
+		if err != nil {
+			return err
+		}
+		if pool != nil {
+			defer pool.Close()
+			hostOpts.Pool = pool
+		}
+		host, err := embedded.OpenHost(ctx, hostOpts)
+		if err != nil {
+			return fmt.Errorf("preparing this machine's sandboxes: %w", err)
+		}
+		defer host.Close()
+		return remoteworker.Run(ctx, remoteworker.Options{Client: client, Host: host.Planner(), Name: *name, Slots: *slots, Dir: *dir, Logger: logger, AllowUnsafeHost: *unsafeHost, Metrics: metrics})
 	}
-	hostOpts := embedded.HostOptions{StateDir: *stateDir, Logger: logger}
-	pool, err := dialPool(ctx, sb, logger)
-	if err != nil {
-		return err
-	}
-	if pool != nil {
-		defer pool.Close()
-		hostOpts.Pool = pool
-	}
-	host, err := embedded.OpenHost(ctx, hostOpts)
-	if err != nil {
-		return fmt.Errorf("preparing this machine's sandboxes: %w", err)
-	}
-	defer host.Close()
-	return remoteworker.Run(ctx, remoteworker.Options{Client: client, Host: host.Planner(), Name: *name, Slots: *slots, Dir: *dir, Logger: logger, AllowUnsafeHost: *unsafeHost, Metrics: metrics})
+	return cmd
 }
