@@ -247,7 +247,7 @@ func TestBudgetRejectsNegativeCaps(t *testing.T) {
 	for _, tc := range []struct{ budget, want string }{
 		{"{usd: -0.5}", "budget.yaml:3:15: budget.usd must be a positive amount, or absent for no cap (it is -0.5); budget.usd caps the whole run's spend in USD"},
 		{"{tokens: -3}", "budget.yaml:3:18: budget.tokens must be positive, or absent for no cap (it is -3); budget.tokens caps the whole run's tokens"},
-		{"{usd: 0}", "budget.yaml:3:9: budget sets no limit: its usd, tokens and wall_clock are all 0 or absent, and 0 means no limit; give budget.usd"},
+		{"{usd: 0}", "budget.yaml:3:1: budget sets no limit: its usd, tokens and wall_clock are all 0 or absent, and 0 means no limit; give budget.usd"},
 	} {
 		f, err := spec.Parse("budget.yaml", []byte("dataset: {records: [{id: a, input: x}]}\ntarget: {connector: scripted, model: m, script: {default: [{content: x}]}}\nbudget: "+tc.budget+"\n"))
 		if err != nil {

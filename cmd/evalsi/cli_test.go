@@ -397,6 +397,23 @@ func TestMaxCost(t *testing.T) {
 	if r := cli(ctx, "run", "-f", p, "--store", db, "--max-cost", "-1"); r.code != exitUsage || !strings.Contains(r.stderr, "--max-cost -1") {
 		t.Errorf("--max-cost -1: exit %d, want 2\n%s", r.code, r.stderr)
 	}
+	// A server would run without the cap: refused, before anything is dialled.
+	if r := cli(ctx, "run", "-f", p, "--max-cost", "1", "--server", "http://127.0.0.1:1"); r.code != exitUsage || !strings.Contains(r.stderr, "enforced by embedded runs only") {
+		t.Errorf("--max-cost with --server: exit %d, want 2\n%s", r.code, r.stderr)
+	}
+	// The estimate runs nothing and stores nothing: gpt-4.1's list price,
+	// 2 records × 2 trials, the cap line.
+	est := filepath.Join(dir, "estimate.db")
+	if r := cli(ctx, "run", "-f", p, "--estimate", "--max-cost", "0.01", "--store", est); r.code != 0 ||
+		!strings.Contains(r.stdout, "Estimate for priced: 2 records × 2 = 4 trials") || !strings.Contains(r.stdout, "cap        $0.01") || !strings.Contains(r.stdout, "Assumed:") {
+		t.Errorf("run --estimate: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if l := cli(ctx, "runs", "list", "--store", est, "--json"); strings.TrimSpace(l.stdout) != "[]" {
+		t.Errorf("runs after --estimate: %s%s", l.stdout, l.stderr)
+	}
+	if r := cli(ctx, "run", "-f", p, "--estimate", "--json", "--store", est); r.code != 0 || !strings.Contains(r.stdout, `"trials":4`) {
+		t.Errorf("run --estimate --json: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	r := cli(ctx, "run", p, "--store", db, "--json", "--max-cost", "0.5")
 	var sum struct {
 		RunID string `json:"run_id"`
