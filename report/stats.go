@@ -72,10 +72,13 @@ func EstimateFromSD(mean, sd float64, n int) Estimate {
 // interval about √trials too narrow.
 func ScoreEstimate(m evaluate.ScoreMean) Estimate {
 	if m.Records > 0 && m.Records < m.N {
-		if m.RecordSD == nil {
-			return Estimate{Mean: m.Mean, N: m.Records}
+		e := Estimate{Mean: m.Mean}
+		if m.RecordSD != nil {
+			e = EstimateFromSD(m.Mean, *m.RecordSD, m.Records)
 		}
-		return EstimateFromSD(m.Mean, *m.RecordSD, m.Records)
+		// N stays the trials scored: the count a person reads beside it.
+		e.N = m.N
+		return e
 	}
 	if m.SD == nil {
 		return Estimate{Mean: m.Mean, N: m.N}

@@ -65,8 +65,8 @@ func TestSummaryEstimates(t *testing.T) {
 	}
 	agg := evaluate.Aggregate([]spec.Evaluator{{Name: evaluate.TaskSuccess}}, trials)
 	mean := ScoreEstimate(agg.Means[0])
-	if !mean.Known || !near(mean.Stderr, 0.5) || mean.N != 2 {
-		t.Errorf("task-success estimate %+v, want stderr 0.5 over 2 records (sd √0.5 / √2)", mean)
+	if !mean.Known || !near(mean.Stderr, 0.5) || mean.N != 6 {
+		t.Errorf("task-success estimate %+v, want stderr 0.5 over 2 records (sd √0.5 / √2), 6 trials", mean)
 	}
 	var single []evaluate.TrialResult
 	for i, v := range []float64{1, 0, 1, 0, 1, 0} {

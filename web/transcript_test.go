@@ -231,7 +231,7 @@ func TestAPIRunHealthCountsAndEstimates(t *testing.T) {
 	var rd runDetailView
 	getJSON(t, h, "/api/runs/"+sc.agent.ID, 200, &rd)
 	m := rd.Evaluators[0].Scores[0]
-	if m.Name != "task-success" || !m.Known || m.N != 2 || fmt.Sprintf("%.5f %.5f", m.Mean, m.Stderr) != "0.60000 0.08333" {
+	if m.Name != "task-success" || !m.Known || m.N != 5 || fmt.Sprintf("%.5f %.5f", m.Mean, m.Stderr) != "0.60000 0.08333" {
 		t.Errorf("task-success estimate = %+v", m)
 	}
 	if len(rd.PassAtK) == 0 || !rd.PassAtK[0].Known || rd.PassAtK[0].Records != 2 {
@@ -354,7 +354,7 @@ func TestBrowserTranscript(t *testing.T) {
 	row := func(r store.Run) string { return `#runs tr[data-run="` + r.ID + `"]` }
 	b.do("opening the runs page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(row(sc.broken))))
 	b.want("broken run row", b.text(row(sc.broken)), "completed with errors", "cli agent · claude", "2/2")
-	b.want("agent run row", b.text(row(sc.agent)), "completed with errors", "openai · gpt-4o", "6/6", "task-success 0.600 ±0.480", "pass@3")
+	b.want("agent run row", b.text(row(sc.agent)), "completed with errors", "openai · gpt-4o", "6/6", "task-success 0.600 ±0.163", "pass@3")
 	if c := color(row(sc.broken) + " .status"); c != red {
 		t.Errorf("all-errored run's status color %s, want red %s", c, red)
 	}
@@ -369,7 +369,7 @@ func TestBrowserTranscript(t *testing.T) {
 	b.want("run title", b.text("h1"), "completed with errors")
 	b.want("trials done", b.text("#stat-done"), "6/6", "2 records × 3")
 	b.want("health note", b.text("#health"), "1 of 6 trials errored")
-	b.want("task-success row", b.text(`#scores tr[data-score="task-success"]`), "0.600", "±0.480", "[0.120, 1.080]", "0.245", "5")
+	b.want("task-success row", b.text(`#scores tr[data-score="task-success"]`), "0.600", "±0.163", "[0.437, 0.763]", "0.083", "5")
 	b.want("pass@1 row", b.text(`#scores tr[data-score="pass@1"]`), "2 rec.", "±")
 	b.want("pass@3 row", b.text(`#scores tr[data-score="pass@3"]`), "1 rec.")
 	if first := b.eval(`document.querySelector('#compare-with').options[0].value`); first != sc.older.ID {

@@ -238,7 +238,7 @@ function renderRun(d, allRuns) {
       stat('Records', r.records), stat('Trials done', r.done + '/' + r.trials + perRecord, 'stat-done'), stat('Passing', passing + '/' + r.done, 'stat-passing'),
       stat('Errored', r.errored, 'stat-errored'), stat('Spend', fmt.usd(r.cost_usd)), stat('Tokens', fmt.int(r.tokens)), stat('Elapsed', fmt.dur(Math.round(d.elapsed_seconds * 1000)))),
     compare,
-    el('h2', null, 'Scores by evaluator', el('span', {class: 'muted h-note'}, ' mean over trials, ±95% = 1.96 standard errors; pass@k over records')),
+    el('h2', null, 'Scores by evaluator', el('span', {class: 'muted h-note'}, ' mean over trials, ±95% = 1.96 standard errors, taken over records (a record\'s trials are not independent); pass@k over records')),
     evalRows.length || passRows.length
       ? el('table', {id: 'scores'}, el('thead', null, el('tr', null, ['Evaluator', 'Score', 'Mean', '±95%', '95% interval', 'Stderr', 'Scored', 'Errored'].map((h, i) => el('th', {class: i > 1 ? 'num' : null}, h)))), el('tbody', null, evalRows, passRows))
       : el('p', {class: 'empty'}, 'No scores yet.'),
