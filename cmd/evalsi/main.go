@@ -70,24 +70,8 @@ errored; 4 internal error; 130 interrupted (resume with evalsi runs resume RUN).
 // set once a command's own code starts, so an error before it (an unknown
 // flag or command, bad arguments) is a usage error.
 func newRootCmd(stdout, stderr io.Writer) (*cobra.Command, *bool) {
-	ran := new(bool)
-	root := &cobra.Command{
-		Use:           "evalsi",
-		Short:         "Evaluate AI agents and models",
-		Long:          rootLong,
-		Args:          subcommandArgs,
-		RunE:          needSubcommand,
-		SilenceErrors: true,
-		SilenceUsage:  true,
-		PersistentPreRun: func(*cobra.Command, []string) {
-			*ran = true
-		},
-	}
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &usageError{cmdline.FlagError(c, err)}
-	})
+	root, ran := cmdline.NewRoot("evalsi", "Evaluate AI agents and models", rootLong, stdout, stderr,
+		func(err error) error { return &usageError{err} })
 	root.AddCommand(
 		newRunCmd(stdout, stderr),
 		newRunsCmd(stdout, stderr),

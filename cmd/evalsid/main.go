@@ -41,24 +41,8 @@ func main() {
 // code starts, so an error before it (an unknown flag or command) is a
 // usage error.
 func newRootCmd(stdout, stderr io.Writer, logger *slog.Logger) (*cobra.Command, *bool) {
-	ran := new(bool)
-	root := &cobra.Command{
-		Use:           "evalsid",
-		Short:         "Evals.si's daemon roles",
-		Long:          rootLong,
-		Args:          subcommandArgs,
-		RunE:          needSubcommand,
-		SilenceErrors: true,
-		SilenceUsage:  true,
-		PersistentPreRun: func(*cobra.Command, []string) {
-			*ran = true
-		},
-	}
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usageErr{cmdline.FlagError(c, err)}
-	})
+	root, ran := cmdline.NewRoot("evalsid", "Evals.si's daemon roles", rootLong, stdout, stderr,
+		func(err error) error { return usageErr{err} })
 	sb := &cobra.Command{
 		Use:   "sandbox",
 		Short: "Inspect this host's sandbox rungs",

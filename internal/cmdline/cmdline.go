@@ -5,6 +5,7 @@ package cmdline
 
 import (
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -107,4 +108,34 @@ func SubcommandNames(cmd *cobra.Command) string {
 		}
 	}
 	return strings.Join(names, ", ")
+}
+
+// NewRoot is a binary's root command: errors and usage are not printed by
+// cobra (the binary prints its own one-line error and picks the exit
+// code), an unknown subcommand or an unparsable flag is passed through
+// usage (the binary's usage-error wrapper) with a hint, and *ran is set
+// once a command's own code starts, so an error before it is a usage error.
+func NewRoot(use, short, long string, stdout, stderr io.Writer, usage func(error) error) (*cobra.Command, *bool) {
+	ran := new(bool)
+	root := &cobra.Command{
+		Use:           use,
+		Short:         short,
+		Long:          long,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			return usage(UnknownCommand(cmd, args[0]))
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return usage(NeedSubcommand(cmd)) },
+		PersistentPreRun: func(*cobra.Command, []string) {
+			*ran = true
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usage(FlagError(c, err)) })
+	return root, ran
 }
