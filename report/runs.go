@@ -176,8 +176,7 @@ func TargetLabel(s *spec.Spec) string {
 	if a := s.Target.Agent; a != nil {
 		switch {
 		case a.CLI != nil:
-			cmd, _, _ := strings.Cut(strings.TrimSpace(a.CLI.Command), " ")
-			return "cli agent " + cmd
+			return strings.TrimSpace("cli agent " + a.CLI.Program())
 		case a.A2A != nil:
 			return "a2a agent " + a.A2A.URL
 		case a.MCP != nil:

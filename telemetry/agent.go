@@ -3,7 +3,6 @@ package telemetry
 import (
 	"net/url"
 	"strconv"
-	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -54,8 +53,8 @@ func agentOf(s *spec.Spec) agentInfo {
 		}
 		a.name = a.kind
 		if ag.CLI != nil {
-			if f := strings.Fields(ag.CLI.Command); len(f) > 0 {
-				a.name = "cli " + f[0]
+			if p := ag.CLI.Program(); p != "" {
+				a.name = "cli " + p
 			}
 		}
 		return a

@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path"
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -129,9 +127,8 @@ func targetOf(sp *spec.Spec) string {
 	if a := sp.Target.Agent; a != nil {
 		switch {
 		case a.CLI != nil:
-			cmd := strings.Fields(a.CLI.Command)
-			if len(cmd) > 0 {
-				return "cli agent · " + path.Base(cmd[0])
+			if p := a.CLI.Program(); p != "" {
+				return "cli agent · " + p
 			}
 			return "cli agent"
 		case a.A2A != nil:

@@ -132,6 +132,10 @@ def build(src, log=sys.stderr):
 def _on_path():
     me = os.path.realpath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     for d in os.environ.get("PATH", "").split(os.pathsep):
+        # An empty or relative entry means the current directory: a cloned
+        # repository's own ./evalsi must not run in its place.
+        if not os.path.isabs(d):
+            continue
         c = os.path.join(d, "evalsi")
         if os.path.isfile(c) and os.access(c, os.X_OK) and os.path.realpath(c) != me and not _is_python_script(c):
             return c
