@@ -196,7 +196,11 @@ func resultFor(t TrialResult, i int, name string) (EvaluatorResult, bool) {
 type meanAcc struct {
 	order []string
 	sum   map[string]float64
-	sumSq map[string]float64
+	// wmean and m2 are Welford's running mean and sum of squared
+	// deviations: a sum of squares cancels catastrophically for scores of
+	// large magnitude (latencies, token counts).
+	wmean map[string]float64
+	m2    map[string]float64
 	n     map[string]int
 	recs  map[string]map[string]*recSum
 	// recOrder keeps each score's records in first-seen order, so the
@@ -210,7 +214,7 @@ type recSum struct {
 }
 
 func newMeanAcc() *meanAcc {
-	return &meanAcc{sum: map[string]float64{}, sumSq: map[string]float64{}, n: map[string]int{},
+	return &meanAcc{sum: map[string]float64{}, wmean: map[string]float64{}, m2: map[string]float64{}, n: map[string]int{},
 		recs: map[string]map[string]*recSum{}, recOrder: map[string][]string{}}
 }
 
@@ -220,8 +224,10 @@ func (a *meanAcc) add(name, record string, v float64) {
 		a.recs[name] = map[string]*recSum{}
 	}
 	a.sum[name] += v
-	a.sumSq[name] += v * v
 	a.n[name]++
+	d := v - a.wmean[name]
+	a.wmean[name] += d / float64(a.n[name])
+	a.m2[name] += d * (v - a.wmean[name])
 	r := a.recs[name][record]
 	if r == nil {
 		r = &recSum{}
@@ -235,32 +241,46 @@ func (a *meanAcc) add(name, record string, v float64) {
 func (a *meanAcc) means() []ScoreMean {
 	out := make([]ScoreMean, 0, len(a.order))
 	for _, name := range a.order {
-		m := ScoreMean{Name: name, Mean: a.sum[name] / float64(a.n[name]), N: a.n[name], SD: sampleSD(a.sum[name], a.sumSq[name], a.n[name])}
+		m := ScoreMean{Name: name, Mean: a.sum[name] / float64(a.n[name]), N: a.n[name], SD: sdOf(a.m2[name], a.n[name])}
 		if recs := a.recOrder[name]; len(recs) < m.N {
-			var sum, sumSq float64
-			for _, id := range recs {
+			means := make([]float64, len(recs))
+			for i, id := range recs {
 				r := a.recs[name][id]
-				mean := r.sum / float64(r.n)
-				sum += mean
-				sumSq += mean * mean
+				means[i] = r.sum / float64(r.n)
 			}
-			m.Records, m.RecordSD = len(recs), sampleSD(sum, sumSq, len(recs))
+			m.Records, m.RecordSD = len(recs), sampleSD(means)
 		}
 		out = append(out, m)
 	}
 	return out
 }
 
-// sampleSD is the sample standard deviation (n-1 denominator) from a sum
-// and a sum of squares; nil for fewer than two values. Rounding can make
-// the variance of equal values a tiny negative number: that is 0.
-func sampleSD(sum, sumSq float64, n int) *float64 {
+// sdOf is the sample standard deviation (n-1 denominator) from Welford's
+// sum of squared deviations m2 over n values; nil for fewer than two.
+func sdOf(m2 float64, n int) *float64 {
 	if n < 2 {
 		return nil
 	}
-	v := (sumSq - sum*sum/float64(n)) / float64(n-1)
-	sd := math.Sqrt(max(v, 0))
+	sd := math.Sqrt(max(m2, 0) / float64(n-1))
 	return &sd
+}
+
+// sampleSD is the sample standard deviation of values, two-pass (the mean
+// first); nil for fewer than two values.
+func sampleSD(values []float64) *float64 {
+	if len(values) < 2 {
+		return nil
+	}
+	var mean float64
+	for _, v := range values {
+		mean += v
+	}
+	mean /= float64(len(values))
+	var m2 float64
+	for _, v := range values {
+		m2 += (v - mean) * (v - mean)
+	}
+	return sdOf(m2, len(values))
 }
 
 // Aggregate summarises a run: per score the mean over the trials that
@@ -382,22 +402,23 @@ func Aggregate(cfgs []spec.Evaluator, trials []TrialResult) Summary {
 		return s
 	}
 	for k := 1; k <= s.Trials; k++ {
-		var at, hat, atSq, hatSq float64
-		n := 0
+		var at, hat float64
+		var ats, hats []float64
 		for _, id := range recordOrder {
 			rt := byRecord[id]
 			if rt.n < k {
 				continue
 			}
 			a, h := PassAtK(rt.n, rt.c, k), PassHatK(rt.n, rt.c, k)
-			at, hat, atSq, hatSq = at+a, hat+h, atSq+a*a, hatSq+h*h
-			n++
+			at, hat = at+a, hat+h
+			ats, hats = append(ats, a), append(hats, h)
 		}
+		n := len(ats)
 		if n == 0 {
 			continue
 		}
-		s.PassAtK = append(s.PassAtK, PassK{K: k, Value: at / float64(n), Records: n, SD: sampleSD(at, atSq, n)})
-		s.PassHatK = append(s.PassHatK, PassK{K: k, Value: hat / float64(n), Records: n, SD: sampleSD(hat, hatSq, n)})
+		s.PassAtK = append(s.PassAtK, PassK{K: k, Value: at / float64(n), Records: n, SD: sampleSD(ats)})
+		s.PassHatK = append(s.PassHatK, PassK{K: k, Value: hat / float64(n), Records: n, SD: sampleSD(hats)})
 	}
 	return s
 }

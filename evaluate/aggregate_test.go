@@ -2,6 +2,7 @@ package evaluate
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"testing"
 
@@ -202,5 +203,18 @@ func TestAggregateGroups(t *testing.T) {
 	}
 	if none := Aggregate(cfgs, []TrialResult{agentTrial("x", 1, true, 5)}); none.Groups != nil {
 		t.Errorf("groups without categories = %+v, want none", none.Groups)
+	}
+}
+
+// Scores of large magnitude (latencies in ns, token counts) keep their
+// spread: a sum of squares would cancel to 0 here.
+func TestAggregateSDLargeMagnitude(t *testing.T) {
+	var trials []TrialResult
+	for i, v := range []float64{1.7e9 + 100, 1.7e9 + 101, 1.7e9 + 102, 1.7e9 + 103} {
+		trials = append(trials, TrialResult{RecordID: fmt.Sprintf("r%d", i), Evaluations: []EvaluatorResult{{Evaluator: "lat", Scores: []Score{{Name: "lat", Value: v}}}}})
+	}
+	agg := Aggregate([]spec.Evaluator{{Name: "lat"}}, trials)
+	if sd := agg.Means[0].SD; sd == nil || math.Abs(*sd-1.2909944) > 1e-6 {
+		t.Errorf("sd = %v, want 1.2909944", sd)
 	}
 }
