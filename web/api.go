@@ -45,8 +45,11 @@ type runView struct {
 	// Label is the status a person reads ("completed with errors" for a
 	// completed run whose trials errored), Health how it reads: ok, errors
 	// (some trials errored) or no_scores (every trial errored).
-	Label      string     `json:"label"`
-	Health     string     `json:"health"`
+	Label  string `json:"label"`
+	Health string `json:"health"`
+	// stopped is the summary's label of a run its budget stopped (and
+	// not resumed since): it wins over Label.
+	stopped    string
 	SpecPath   string     `json:"spec_path,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
@@ -97,6 +100,9 @@ func newRunView(r store.Run, sum *engine.Summary) runView {
 			v.Done = v.Trials // a summary written before trials_run was
 		}
 		v.CostUSD, v.Tokens = sum.CostUSD, sum.Tokens
+		if sum.Stopped != "" && sum.Status == r.Status {
+			v.stopped = sum.Label()
+		}
 		headline := map[string]bool{}
 		for _, e := range sum.Aggregate.Evaluators {
 			if slices.Contains(sum.Aggregate.PassSignal, e.Name) && len(e.Scores) > 0 {
@@ -118,6 +124,9 @@ func newRunView(r store.Run, sum *engine.Summary) runView {
 
 func (v *runView) setLabel() {
 	v.Label = engine.StatusLabel(v.Status, v.Done, v.Errored)
+	if v.stopped != "" {
+		v.Label = v.stopped
+	}
 	v.Health = string(engine.RunHealth(v.Done, v.Errored))
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"evals.si/engine"
 	"evals.si/report"
 	"evals.si/spec"
 	"evals.si/store"
@@ -243,5 +244,17 @@ func TestBigDiffIsTruncated(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/api/trials/"+tr.ID+"/artifacts/diff.patch", nil))
 	if rec.Body.Len() != len(big) {
 		t.Errorf("artifact served %d bytes, want %d", rec.Body.Len(), len(big))
+	}
+}
+
+// A run its budget stopped reads as the CLI says it: why, and how many
+// trials wait; a resume (a new status) supersedes it.
+func TestRunViewBudgetStopped(t *testing.T) {
+	sum := &engine.Summary{Status: engine.StatusInterrupted, Records: 2, Trials: 2, NotStarted: 3, Stopped: "budget $0.50 reached"}
+	if v := newRunView(store.Run{ID: "r", Status: engine.StatusInterrupted}, sum); v.Label != "stopped: budget $0.50 reached, 3 trials not started" {
+		t.Errorf("label %q", v.Label)
+	}
+	if v := newRunView(store.Run{ID: "r", Status: engine.StatusRunning}, sum); v.Label != engine.StatusRunning {
+		t.Errorf("label of the resumed run %q, want running", v.Label)
 	}
 }
