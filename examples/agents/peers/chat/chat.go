@@ -39,12 +39,19 @@ func Flags(fs *flag.FlagSet) (*Client, *string) {
 	c := &Client{HTTP: &http.Client{Timeout: 2 * time.Minute}}
 	fs.StringVar(&c.BaseURL, "base-url", "http://127.0.0.1:8089/v1", "an OpenAI-compatible API (offline: evalsid model-server --listen 127.0.0.1:8089)")
 	fs.StringVar(&c.Model, "model", "gpt-4o-mini", "the model to ask")
-	keyEnv := fs.String("api-key-env", "OPENAI_API_KEY", "the variable holding the API key (unset: no key is sent)")
+	// No key by default: the default endpoint is the offline model server,
+	// plain HTTP on a port any local user could bind, and a real key must
+	// not go there unasked.
+	keyEnv := fs.String("api-key-env", "", "the variable holding the API key, e.g. OPENAI_API_KEY with a real -base-url (empty: no key is sent)")
 	return c, keyEnv
 }
 
 // Resolve reads the API key from the variable -api-key-env named.
-func (c *Client) Resolve(keyEnv string) { c.APIKey = os.Getenv(keyEnv) }
+func (c *Client) Resolve(keyEnv string) {
+	if keyEnv != "" {
+		c.APIKey = os.Getenv(keyEnv)
+	}
+}
 
 // Ask sends the conversation and returns the assistant's text.
 func (c *Client) Ask(ctx context.Context, msgs []Message) (string, error) {

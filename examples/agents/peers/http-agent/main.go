@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"evals.si/examples/agents/peers/chat"
@@ -54,6 +55,12 @@ func main() {
 func handler(model *chat.Client) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /run", func(w http.ResponseWriter, r *http.Request) {
+		// JSON only: a web page can send a cross-origin text/plain POST
+		// without a preflight, and must not drive the agent (and its key).
+		if ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); strings.TrimSpace(ct) != "application/json" {
+			http.Error(w, "want Content-Type: application/json", http.StatusUnsupportedMediaType)
+			return
+		}
 		var in runRequest
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8<<20)).Decode(&in); err != nil {
 			http.Error(w, `want a JSON body {"question": "...", "history": [...], "session": "..."}: `+err.Error(), http.StatusBadRequest)
