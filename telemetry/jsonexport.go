@@ -36,7 +36,9 @@ import (
 // span ids as hex strings (protojson writes bytes as base64) and enums as
 // numbers.
 type jsonExporter struct {
-	url     string
+	url string
+	// shown is url for messages, its password masked (url.Redacted).
+	shown   string
 	headers http.Header
 	gzip    bool
 	client  *http.Client
@@ -64,7 +66,7 @@ func newJSONExporter(getenv func(string) string) (*jsonExporter, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("%w: OTLP endpoint %q is not an http(s) URL: set OTEL_EXPORTER_OTLP_ENDPOINT to e.g. http://127.0.0.1:4318", ErrConfig, endpoint)
 	}
-	e := &jsonExporter{url: endpoint, headers: http.Header{}}
+	e := &jsonExporter{url: endpoint, shown: u.Redacted(), headers: http.Header{}}
 	if h := env("HEADERS"); h != "" {
 		for i, kv := range strings.Split(h, ",") {
 			k, v, ok := strings.Cut(kv, "=")
@@ -146,7 +148,7 @@ func (e *jsonExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnl
 func (e *jsonExporter) post(ctx context.Context, body []byte) (retry bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, bytes.NewReader(body))
 	if err != nil {
-		return false, fmt.Errorf("OTLP/JSON export to %s: %w", e.url, err)
+		return false, fmt.Errorf("OTLP/JSON export to %s: %w", e.shown, err)
 	}
 	for k, v := range e.headers {
 		req.Header[k] = v
@@ -157,7 +159,7 @@ func (e *jsonExporter) post(ctx context.Context, body []byte) (retry bool, err e
 	}
 	resp, err := e.client.Do(req)
 	if err != nil {
-		return true, fmt.Errorf("OTLP/JSON export to %s: %w", e.url, err)
+		return true, fmt.Errorf("OTLP/JSON export to %s: %w", e.shown, err)
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
@@ -168,7 +170,7 @@ func (e *jsonExporter) post(ctx context.Context, body []byte) (retry bool, err e
 	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		retry = true
 	}
-	return retry, fmt.Errorf("OTLP/JSON export to %s: %s: %s", e.url, resp.Status, strings.TrimSpace(string(msg)))
+	return retry, fmt.Errorf("OTLP/JSON export to %s: %s: %s", e.shown, resp.Status, strings.TrimSpace(string(msg)))
 }
 
 func (e *jsonExporter) Shutdown(context.Context) error {
