@@ -194,14 +194,16 @@ func Finalize(ctx context.Context, st Store, runID string, o FinalizeOptions) (*
 		// neither passed, failed nor errored, and the scores are those of
 		// the trials that finished before.
 		status = store.RunCancelled
-	case o.Interrupted:
-		status = engine.StatusInterrupted
 	case o.Stopped != "" && counts[store.TrialPending] > 0 && counts[store.TrialRunning] == 0:
 		// Interrupted, not failed: nothing was lost, the trials the budget
 		// held back are pending and a resume with a higher cap runs them.
+		// Before o.Interrupted: a Ctrl-C while the last trials finished
+		// must not lose why the run stopped.
 		status = engine.StatusInterrupted
 		notStarted = counts[store.TrialPending]
 		errMsg = engine.StoppedLabel(o.Stopped, notStarted) + "; " + engine.ResumeHint(o.Stopped, runID)
+	case o.Interrupted:
+		status = engine.StatusInterrupted
 	case unfinished > 0:
 		// The worker is gone and these trials have no recorded result: they
 		// count as errored (kind store) in this summary, so the run's means
