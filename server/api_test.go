@@ -542,6 +542,11 @@ func TestSubmitRefusals(t *testing.T) {
 		{"unknown spec field", alphaEditor, map[string]any{"spec": func() map[string]any { s := modelSpec("x", "ALPHA_KEY", "r1"); s["trails"] = 3; return s }()}, nil, 400, "bad_request", []string{"trails"}},
 		{"no spec", alphaEditor, map[string]any{"name": "x.yaml"}, nil, 400, "bad_request", []string{"spec"}},
 		{"null spec", alphaEditor, `{"spec": null}`, nil, 400, "bad_request", []string{"spec"}},
+		{"a budget the workers would not enforce", alphaEditor, map[string]any{"spec": func() map[string]any {
+			s := modelSpec("x", "ALPHA_KEY", "r1")
+			s["budget"] = map[string]any{"usd": 5}
+			return s
+		}()}, nil, 400, "bad_request", []string{"budget", "embedded runs only"}},
 		{"wrong content type", alphaEditor, map[string]any{"spec": modelSpec("x", "ALPHA_KEY", "r1")}, []string{"Content-Type", "text/plain"}, 415, "bad_request", []string{"application/json"}},
 		{"json-lookalike content type", alphaEditor, map[string]any{"spec": modelSpec("x", "ALPHA_KEY", "r1")}, []string{"Content-Type", "application/jsonp"}, 415, "bad_request", []string{"application/json"}},
 		{"oversized body", alphaEditor, `{"spec": {"name": "` + strings.Repeat("x", 33<<20) + `"}}`, nil, 413, "too_large", []string{"limit"}},

@@ -69,6 +69,11 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, p access.Princip
 	if err := f.Spec.Validate(); err != nil {
 		return badRequest("spec", "%v", err)
 	}
+	// The workers do not enforce a run's budget yet: refuse it rather than
+	// run without the cap the submitter asked for.
+	if f.Spec.Budget != nil {
+		return badRequest("spec", "budget: a run's spend cap is enforced by embedded runs only (evalsi run without --server); remove budget to run on this server")
+	}
 	res := access.RunResource(project, f.Spec)
 	if err := s.confineSubmit(project, f.Spec, &res); err != nil {
 		return err

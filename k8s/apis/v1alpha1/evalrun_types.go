@@ -70,6 +70,11 @@ type EvalRunSpec struct {
 	// +optional
 	// +kubebuilder:validation:Type=object
 	Caps *apiextensionsv1.JSON `json:"caps,omitempty"`
+	// Budget is the run file's budget: {usd, tokens, wall_clock}. The
+	// server does not enforce it yet and refuses a run that has one.
+	// +optional
+	// +kubebuilder:validation:Type=object
+	Budget *apiextensionsv1.JSON `json:"budget,omitempty"`
 }
 
 // Connection is the evalsi block: the server, the project and the Secret
