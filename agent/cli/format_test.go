@@ -397,3 +397,19 @@ func TestShareOut(t *testing.T) {
 		}
 	}
 }
+
+// A hostile agent writing its output a byte at a time cannot grow the
+// arrival record past its bound; offsets still map to a time.
+func TestArrivalsBounded(t *testing.T) {
+	a := &arrivals{}
+	t0 := time.Now()
+	for i := range 3 * maxArrivals {
+		a.add(1, t0.Add(time.Duration(i)*2*time.Millisecond))
+	}
+	if len(a.ends) > maxArrivals || a.bytes() != 3*maxArrivals {
+		t.Fatalf("%d pieces kept for %d bytes, want at most %d pieces and every byte counted", len(a.ends), a.bytes(), maxArrivals)
+	}
+	if got := a.at(0, time.Time{}); !got.Equal(t0) {
+		t.Errorf("first byte at %v, want %v", got, t0)
+	}
+}
