@@ -271,9 +271,11 @@ async function pageTrial(id) {
   renderTrial(d, tools, tr.root, sentinel);
 
   // loadPage fetches the next page of events; calls while one is in
-  // flight share it.
-  const loadPage = () => state.loading || (state.loading = (async () => {
-    if (!state.more) return;
+  // flight share it. The "nothing more" check comes before the promise is
+  // kept: a promise kept after an early return would never be cleared, and
+  // every later call (the live tick's included) would share it and fetch
+  // nothing.
+  const loadPage = () => state.loading || (!state.more ? Promise.resolve() : state.loading = (async () => {
     try {
       const p = await api('/api/trials/' + encodeURIComponent(d.trial.id) + '/events?after=' + state.next + '&limit=500');
       const added = tr.add(p.events);
