@@ -33,6 +33,7 @@ import (
 	"evals.si/sandbox/qemu"
 	"evals.si/sandbox/smolvm"
 	"evals.si/sandbox/vm"
+	"evals.si/sandbox/warm"
 	"evals.si/spec"
 	"evals.si/store"
 	"evals.si/telemetry"
@@ -153,10 +154,15 @@ func OpenHost(ctx context.Context, o HostOptions) (*Host, error) {
 		return nil, fmt.Errorf("opening image cache: %w", err)
 	}
 	rungs := Rungs()
+	envs := environment.NewManager(imgs, rungs, filepath.Join(stateDir, "sandboxes"), o.Logger)
+	// The namespace and Landlock rungs' trial sandboxes come from warm
+	// pools; the microVM rungs keep pools of their own (warm_pool), and a
+	// Docker container held ready would hold a daemon's resources.
+	envs.WarmPools([]string{sandbox.RungBwrap, sandbox.RungLandlock}, warm.Options{})
 	return &Host{
 		images: imgs,
 		planner: &planner.Host{
-			Envs:     environment.NewManager(imgs, rungs, filepath.Join(stateDir, "sandboxes"), o.Logger),
+			Envs:     envs,
 			Rungs:    rungs,
 			Datasets: planner.Datasets(),
 			ProxyDir: filepath.Join(stateDir, "proxy"),

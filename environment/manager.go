@@ -15,6 +15,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"evals.si/image"
 	"evals.si/internal/oncekey"
 	"evals.si/sandbox"
+	"evals.si/sandbox/warm"
 	"evals.si/spec"
 )
 
@@ -69,6 +71,12 @@ type Manager struct {
 	own       *procDir
 	owner     string
 
+	// warm keeps trial sandboxes of warmRungs ready per configuration
+	// (nil: off); closer closes trial sandboxes off the trial's path.
+	warm      *warm.Pools
+	warmRungs map[string]bool
+	closer    *warm.Closer
+
 	mu       sync.Mutex
 	prepared map[string]*prepareCall
 	seq      int
@@ -87,7 +95,34 @@ type prepareCall struct {
 // sandbox roots, setup snapshots, the overlays still mounted for them, and
 // the sandboxes of rungs that outlive an engine (Docker).
 func NewManager(images ImageResolver, rungs []sandbox.Rung, stateDir string, logger *slog.Logger) *Manager {
-	return &Manager{images: images, rungs: rungs, stateDir: stateDir, logger: logger, prepared: map[string]*prepareCall{}}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Manager{images: images, rungs: rungs, stateDir: stateDir, logger: logger, prepared: map[string]*prepareCall{},
+		closer: warm.NewCloser(2*runtime.NumCPU(), logger)}
+}
+
+// WarmPools makes the trial sandboxes of the named rungs come from warm
+// pools (package warm): made ahead per configuration, so a trial's create
+// is a take. Call it before the first Prepare. Rungs with pools of their
+// own (the microVM rungs' warm_pool) need none here.
+func (m *Manager) WarmPools(rungs []string, o warm.Options) {
+	if o.Logger == nil {
+		o.Logger = m.logger
+	}
+	m.warm = warm.New(o)
+	m.warmRungs = map[string]bool{}
+	for _, r := range rungs {
+		m.warmRungs[r] = true
+	}
+}
+
+// WarmStats are the warm pools' takes so far (zero when pools are off).
+func (m *Manager) WarmStats() warm.Stats {
+	if m.warm == nil {
+		return warm.Stats{}
+	}
+	return m.warm.Stats()
 }
 
 // SetEgress makes setup's egress proxies (setup_network: allow) run on h,
@@ -162,6 +197,10 @@ func removeLayer(r sandbox.Rung, l sandbox.Layer) error {
 	return nil
 }
 
+// drainTimeout bounds closing the warm and closing sandboxes at Close;
+// what is left past it the next engine's sweep removes.
+const drainTimeout = 2 * time.Minute
+
 // sweepTimeout bounds asking a rung (a Docker daemon) for what dead
 // engines left; past it the leftovers wait for the next engine.
 const sweepTimeout = 10 * time.Second
@@ -170,14 +209,29 @@ const sweepTimeout = 10 * time.Second
 // manager's sandboxes left; sandboxes made from it must be closed first.
 func (m *Manager) Close() error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.closed {
+		m.mu.Unlock()
 		return nil
 	}
 	m.closed = true
+	m.mu.Unlock()
+	// Warm and closing sandboxes stand on the setup snapshots: they go
+	// first. Not under mu, which a sandbox being made takes.
+	var errs []error
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	if m.warm != nil {
+		if err := m.warm.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := m.closer.Wait(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	// Waits for a claim in progress, and keeps any from starting.
 	m.claimOnce.Do(func() { m.claimErr = errors.New("the environment manager is closed") })
-	var errs []error
 	for id, c := range m.prepared {
 		select {
 		case <-c.done:
@@ -569,7 +623,7 @@ func (p *Prepared) NewSandbox(ctx context.Context, env *spec.Environment, pol sa
 	if p.Layer != nil {
 		cfg.Layers = []sandbox.Layer{*p.Layer}
 	}
-	sb, err := p.manager.create(ctx, p.Rung, cfg)
+	sb, err := p.manager.trialSandbox(ctx, p.Rung, cfg, !p.Replay)
 	if err != nil {
 		return nil, &InfraError{Phase: "sandbox", Err: err}
 	}
