@@ -189,3 +189,44 @@ func makeRoot(b testing.TB, mb int, bins ...string) string {
 	}
 	return root
 }
+
+// BenchmarkExec is one command in a running sandbox, next to a bare fork
+// and exec of the same command from the engine: the target is ≤ 2×.
+func BenchmarkExec(b *testing.B) {
+	r := benchRung(b)
+	for _, c := range []struct {
+		name string
+		cfg  sandbox.Config
+	}{
+		{"default", sandbox.Config{Workdir: "/workspace"}},
+		{"limits", sandbox.Config{Workdir: "/workspace", Limits: sandbox.Limits{MemoryMB: 512, PidsMax: 256}}},
+		{"cgroup-off", sandbox.Config{Workdir: "/workspace", Limits: sandbox.Limits{Cgroup: "off"}}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := c.cfg
+			cfg.StateDir = filepath.Join(b.TempDir(), "sb")
+			sb, err := r.Create(context.Background(), cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sb.Close(context.Background())
+			req := sandbox.ExecRequest{Argv: []string{"bash", "-c", "true"}}
+			if _, err := sb.Exec(context.Background(), req); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				res, err := sb.Exec(context.Background(), req)
+				if err != nil || res.ExitCode != 0 {
+					b.Fatalf("%+v %v", res, err)
+				}
+			}
+		})
+	}
+	b.Run("bare-fork-exec", func(b *testing.B) {
+		for b.Loop() {
+			if err := exec.Command("bash", "-c", "true").Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

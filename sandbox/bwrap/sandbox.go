@@ -113,6 +113,19 @@ type Sandbox struct {
 	v2mu sync.Mutex
 
 	life *sandbox.Lifecycle
+	// removing counts the commands' cgroups being removed behind them.
+	removing sync.WaitGroup
+}
+
+// removeLater removes a command's cgroup in the background.
+func (s *Sandbox) removeLater(cg *limits.Cgroup) {
+	s.removing.Add(1)
+	go func() {
+		defer s.removing.Done()
+		if err := cg.Remove(); err != nil {
+			slog.Warn("removing a command's cgroup", "err", err)
+		}
+	}()
 }
 
 var _ sandbox.Snapshotter = (*Sandbox)(nil)
@@ -652,15 +665,20 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	defer s.release(srv)
 
 	var cg *limits.Cgroup
+	var armed uint32
 	if s.cgroups != nil {
-		if cg, err = s.cgroups.New(fmt.Sprintf("evalsi-%s-%d", s.id, s.seq.Add(1)), s.cfg.Limits); err != nil {
+		if slot := s.takeArmed(srv); slot != nil {
+			cg, armed = slot.cg, slot.id
+		} else if cg, err = s.cgroups.New(fmt.Sprintf("evalsi-%s-%d", s.id, s.seq.Add(1)), s.cfg.Limits); err != nil {
 			return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
 		}
-		defer cg.Remove()
+		// Removed behind the command (rmdir waits out the last
+		// process's exit); Close waits for it.
+		defer s.removeLater(cg)
 	}
 	start := time.Now()
 	argv, env := s.command(req.Argv, env, false)
-	m := execproto.ExecMsg{Argv: argv, Env: env, Dir: cwd, Stdin: req.Stdin, Limit: limit, Join: cg != nil}
+	m := execproto.ExecMsg{Argv: argv, Env: env, Dir: cwd, Stdin: req.Stdin, Limit: limit, Join: cg != nil && armed == 0, Armed: armed}
 	s.setUser(&m, req)
 	// Stopped before Exec returns, whichever way: the hook is never
 	// called after.
@@ -975,6 +993,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 }
 
 func (s *Sandbox) cleanup() error {
+	s.removing.Wait()
 	var errs []error
 	if s.bridge != nil {
 		s.bridge.Close()

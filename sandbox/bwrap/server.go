@@ -43,6 +43,11 @@ type execServer struct {
 	next    uint32
 	active  int
 	retired bool
+	// armed is the forking thread readied for the next command, already
+	// in that command's cgroup (cgroup v1; nil: none ready); arming says
+	// one is being readied.
+	armed  *armSlot
+	arming bool
 
 	// ready is closed when the server serves (bwrap has set up).
 	ready   chan struct{}
@@ -485,6 +490,13 @@ func (srv *execServer) kill() {
 	}
 	srv.w.Close()
 	<-srv.dead
+	srv.mu.Lock()
+	slot := srv.armed
+	srv.armed = nil
+	srv.mu.Unlock()
+	if slot != nil {
+		slot.cg.Remove()
+	}
 	if srv.cg != nil {
 		srv.cg.Kill()
 		srv.cg.Remove()
@@ -523,7 +535,95 @@ func (s *Sandbox) server(ctx context.Context) (*execServer, error) {
 	}
 	s.srv = srv
 	srv.active = 1
+	s.armNext(srv)
 	return srv, nil
+}
+
+// armSlot is a forking thread of the server (call id) that the host has
+// moved into cg, the cgroup of the command that will fork from it.
+type armSlot struct {
+	id uint32
+	cg *limits.Cgroup
+}
+
+// takeArmed returns the armed slot and readies the next one, or nil when
+// none is ready (the command then joins its cgroup on its own path).
+func (s *Sandbox) takeArmed(srv *execServer) *armSlot {
+	srv.mu.Lock()
+	slot := srv.armed
+	srv.armed = nil
+	srv.mu.Unlock()
+	s.armNext(srv)
+	return slot
+}
+
+// armNext readies, in the background, the forking thread of the next
+// command: its cgroup made and the thread moved in (cgroup v1, where the
+// host moves a single thread). Making the cgroup and the Join/Go round
+// trip are then off that command's path. Under v2 the whole server moves
+// for each fork instead (joinCgroup), which cannot be done ahead.
+func (s *Sandbox) armNext(srv *execServer) {
+	if s.cgroups == nil || s.cgroups.Version() != 1 {
+		return
+	}
+	srv.mu.Lock()
+	if srv.arming || srv.armed != nil || srv.retired {
+		srv.mu.Unlock()
+		return
+	}
+	srv.arming = true
+	srv.mu.Unlock()
+	go func() {
+		slot, err := s.arm(srv)
+		srv.mu.Lock()
+		srv.arming = false
+		dead := false
+		select {
+		case <-srv.dead:
+			dead = true
+		default:
+		}
+		if err == nil && !dead && !srv.retired {
+			srv.armed, slot = slot, nil
+		}
+		srv.mu.Unlock()
+		if slot != nil {
+			// The server ended meanwhile: its thread is gone with it.
+			srv.send(execproto.FrameKill, slot.id, nil)
+			slot.cg.Remove()
+		}
+	}()
+}
+
+// arm makes the next command's cgroup, has the server ready a forking
+// thread (FrameArm) and moves that thread into the cgroup.
+func (s *Sandbox) arm(srv *execServer) (*armSlot, error) {
+	cg, err := s.cgroups.New(fmt.Sprintf("evalsi-%s-%d", s.id, s.seq.Add(1)), s.cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	c := &call{join: make(chan int, 1)}
+	if err := srv.call(c, execproto.FrameArm, nil); err != nil {
+		cg.Remove()
+		return nil, err
+	}
+	defer srv.forget(c)
+	select {
+	case tid := <-c.join:
+		if _, err := s.joinCgroup(srv, cg, tid); err != nil {
+			srv.send(execproto.FrameKill, c.id, nil)
+			cg.Remove()
+			return nil, err
+		}
+		if err := srv.send(execproto.FrameGo, c.id, nil); err != nil {
+			cg.Remove()
+			return nil, err
+		}
+		return &armSlot{id: c.id, cg: cg}, nil
+	case <-srv.dead:
+		cg.Remove()
+		return nil, srv.deadErr
+	}
 }
 
 // retire detaches srv from the sandbox; it is killed once its last

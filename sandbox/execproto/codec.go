@@ -91,6 +91,7 @@ func (m ExecMsg) Marshal() []byte {
 	e.uint(uint64(m.GID))
 	e.string(m.Spec)
 	e.bool(m.Service)
+	e.uint(uint64(m.Armed))
 	return e.b
 }
 
@@ -100,6 +101,7 @@ func (m *ExecMsg) Unmarshal(b []byte) error {
 	m.Limit, m.Join = int(d.uint()), d.bool()
 	m.User, m.UID, m.GID = d.bool(), int(d.uint()), int(d.uint())
 	m.Spec, m.Service = d.string(), d.bool()
+	m.Armed = uint32(d.uint())
 	return d.end()
 }
 

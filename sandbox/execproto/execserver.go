@@ -66,6 +66,7 @@ const Helper = "evalsi-bwrap-serve"
 const (
 	FrameExec    = 'x' // host → server: ExecMsg
 	FrameGo      = 'g' // host → server: the forking thread is in the command's cgroup
+	FrameArm     = 'w' // host → server: ready a forking thread ahead (FrameJoin, FrameGo)
 	FrameKill    = 'k' // host → server: kill the command and everything it started
 	FrameJoin    = 'j' // server → host: JoinMsg, move this thread into the cgroup
 	FrameStarted = 's' // server → host: the command's first process exists
@@ -93,6 +94,10 @@ type ExecMsg struct {
 	// Join: fork from a thread the host first moves into the command's
 	// cgroup (FrameJoin, then FrameGo).
 	Join bool
+	// Armed: fork from the thread readied under this call id (FrameArm),
+	// which the host moved into the command's cgroup ahead of the
+	// command, so the fork waits for no round trip.
+	Armed uint32
 	// User: run as UID:GID (inside the sandbox's user namespace) instead
 	// of the server's root; the switch drops the capabilities, as
 	// docker run --user does.
@@ -208,6 +213,8 @@ type serverCall struct {
 	killc  chan struct{}
 	killed bool
 	pid    int
+	// jobs, for an armed thread's call, takes the fork the thread runs.
+	jobs chan func()
 }
 
 // Main: [--forward SOCK PORT] [--rlimit RESOURCE=N]... [--seccomp HEX]; PORT
@@ -607,20 +614,11 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 	}
 
 	res := make(chan started, 1)
-	go func() {
-		// Never unlocked: the thread ends with this goroutine, right
-		// after the fork, so nothing else ever runs on it while it is in
-		// the command's cgroup or under its seccomp filter.
-		runtime.LockOSThread()
-		if m.Join {
-			sv.sendMsg(FrameJoin, id, JoinMsg{Tid: syscall.Gettid()})
-			select {
-			case <-c.goc:
-			case <-c.killc:
-				res <- started{err: errKilledBeforeStart}
-				return
-			}
-		}
+	// fork runs on a thread of its own, locked and never unlocked: the
+	// thread ends with its goroutine, right after the fork, so nothing
+	// else ever runs on it while it is in the command's cgroup or under
+	// its seccomp filter.
+	fork := func() {
 		if sv.dropPtrace != nil {
 			if err := sv.dropPtrace(); err != nil {
 				res <- started{err: errSetup{err}}
@@ -647,7 +645,37 @@ func (sv *server) exec(id uint32, c *serverCall, m ExecMsg) {
 		st := sv.start(c, bin, argv, attr, m.Service, confined)
 		st.sup = sup
 		res <- st
-	}()
+	}
+	switch {
+	case m.Armed != 0:
+		th := sv.takeArmed(m.Armed)
+		if th == nil {
+			res <- started{err: errSetup{fmt.Errorf("no forking thread armed as %d", m.Armed)}}
+			break
+		}
+		select {
+		case th.jobs <- fork:
+		case <-th.killc:
+			res <- started{err: errKilledBeforeStart}
+		case <-c.killc:
+			close(th.jobs) // the armed thread ends unused
+			res <- started{err: errKilledBeforeStart}
+		}
+	default:
+		go func() {
+			runtime.LockOSThread()
+			if m.Join {
+				sv.sendMsg(FrameJoin, id, JoinMsg{Tid: syscall.Gettid()})
+				select {
+				case <-c.goc:
+				case <-c.killc:
+					res <- started{err: errKilledBeforeStart}
+					return
+				}
+			}
+			fork()
+		}()
+	}
 	st := <-res
 	st.confined = confined
 	stdin.Close()
@@ -905,4 +933,41 @@ func lookPath(name, dir string, env []string) (string, error) {
 		return "", os.ErrPermission
 	}
 	return "", errors.New("No such file or directory")
+}
+
+// arm readies a forking thread under call id: locked to its goroutine, it
+// tells the host its id (FrameJoin), waits until the host has moved it
+// into the next command's cgroup (FrameGo), then runs the one fork an
+// ExecMsg with Armed = id gives it and ends with it. The call stays in
+// calls until an exec takes it, so a kill or the session's end stops it.
+func (sv *server) arm(id uint32, c *serverCall) {
+	runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+	sv.sendMsg(FrameJoin, id, JoinMsg{Tid: syscall.Gettid()})
+	select {
+	case <-c.goc:
+	case <-c.killc:
+		sv.takeArmed(id)
+		return
+	}
+	select {
+	case fork, ok := <-c.jobs:
+		if ok {
+			fork()
+		}
+	case <-c.killc:
+		sv.takeArmed(id)
+	}
+}
+
+// takeArmed removes the armed thread id from the calls and returns it (nil
+// when there is none).
+func (sv *server) takeArmed(id uint32) *serverCall {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	c := sv.calls[id]
+	if c == nil || c.jobs == nil {
+		return nil
+	}
+	delete(sv.calls, id)
+	return c
 }

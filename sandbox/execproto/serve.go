@@ -193,6 +193,15 @@ func (sv *server) readLoop(ctx context.Context, r io.Reader, tun FrameHandler, s
 				defer sv.wg.Done()
 				sv.exec(id, c, m)
 			}()
+		case FrameArm:
+			c := &serverCall{goc: make(chan struct{}, 1), killc: make(chan struct{}), jobs: make(chan func())}
+			if !sv.track(func() { sv.calls[id] = c }) {
+				return nil
+			}
+			go func() {
+				defer sv.wg.Done()
+				sv.arm(id, c)
+			}()
 		case FrameGo:
 			sv.mu.Lock()
 			if c := sv.calls[id]; c != nil {
