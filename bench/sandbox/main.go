@@ -1,13 +1,25 @@
-// Command sandbox measures, in one run, what a trial's sandbox costs on each
-// working rung and compares it with the floors the issue sets targets
-// against:
+// Command sandbox measures, in one run, what a trial's sandbox and a
+// command in it cost on each working rung, beside the floors the issue
+// sets targets against. The cases that are compared run interleaved, one
+// iteration of each in turn, so load drifting on a shared machine hits
+// them alike:
 //
-//   - create + exec `true` + close of a sandbox restored from a setup
-//     snapshot, on bwrap, landlock and docker;
-//   - bare `bwrap --unshare-all … true` (target: the bwrap rung ≤ 1.5×);
+//   - bare `bwrap --unshare-all … true`, and a bare fork/exec of `bash -c
+//     true` from this process: the floors of a sandbox and of a command;
+//   - create + exec `true` + close of a bwrap sandbox restored from a setup
+//     snapshot, cold (target: none now, informational);
+//   - the same from a warm pool (package sandbox/warm, two per key, as the
+//     engine keeps them): take + exec `true` + close, the close handed to a
+//     background closer as the engine does it. The refill and the removal
+//     are waited for, untimed, after each take, so every timed take is a
+//     hit ("warm hits n/n") and no background work runs while another case
+//     is timed (target: ≤ 1.5× bare bwrap);
+//   - one Exec of `bash -c true` in a bwrap sandbox made once, outside the
+//     timing (target: ≤ 2× the bare fork/exec);
+//   - the landlock and docker rungs from a setup snapshot;
 //   - `docker run --rm` of the docker rung's snapshot image through the
-//     Engine API: create, start, wait, remove (target: the bwrap rung ≥ 30×
-//     faster);
+//     Engine API: create, start, wait, remove (target: ≥ 30× the warm
+//     bwrap take);
 //   - the bwrap rung over a small (10 MB) and a large (1 GB) image root
 //     (target: large within 2× of small). The trees are built once under
 //     the cache directory;
@@ -16,10 +28,16 @@
 //     (with -vm-kernel and -vm-guest, or the rung's defaults: the cached
 //     kernel bundle and evalsi-guest next to this binary).
 //
+// It prints the machine (date, CPUs, load average), medians, means,
+// minimums and maximums, the ratios with their targets, the share of CPU
+// time the hypervisor stole over the run (/proc/stat), and a note when the
+// load average exceeds the CPUs.
+//
 // Build it with CGO_ENABLED=0 like the engine: the rungs re-execute this
 // binary as their helpers.
 //
-//	CGO_ENABLED=0 go run ./bench/sandbox [-n 20] [-docker-n 10] [-large-mb 1024] \
+//	CGO_ENABLED=0 go build -o /tmp/bs/bench-sandbox ./bench/sandbox
+//	/tmp/bs/bench-sandbox [-n 20] [-docker-n 10] [-large-mb 1024] \
 //	    [-vm-n 5 -vm-guest /tmp/evalsi-guest]
 package main
 
@@ -113,11 +131,13 @@ func (r result) mean() time.Duration {
 	return sum / time.Duration(len(r.samples))
 }
 
-// benchCase is one thing to time; fn gets the iteration number. A case
-// whose setup failed has skipped set and no fn.
+// benchCase is one thing to time; fn gets the iteration number. after, if
+// set, runs untimed after each fn (a warm pool's refill). A case whose
+// setup failed has skipped set and no fn.
 type benchCase struct {
 	name    string
 	fn      func(i int) error
+	after   func(i int) error
 	skipped string
 }
 
@@ -146,6 +166,11 @@ func interleave(ctx context.Context, n int, cases []benchCase) []result {
 			if round > 0 {
 				res[i].samples = append(res[i].samples, time.Since(start))
 			}
+			if c.after != nil {
+				if err := c.after(round); err != nil {
+					res[i].skipped, res[i].samples = "failed: "+err.Error(), nil
+				}
+			}
 		}
 	}
 	return res
@@ -162,6 +187,7 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		state = dir
 	}
 	fmt.Fprintf(w, "evalsi sandbox benchmark: %s, %d CPUs, load %s, %s/%s\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), loadAvg(), runtime.GOOS, runtime.GOARCH)
+	cpuStart, cpuErr := readCPUTimes()
 
 	bw := bwrap.New(bwrap.Options{})
 	ll := landlock.New()
@@ -180,7 +206,10 @@ func run(ctx context.Context, o options, w io.Writer) error {
 
 	const (
 		bareName   = "bare bwrap --unshare-all … true"
+		bashName   = "bare bash -c true (fork/exec)"
 		bwrapName  = "bwrap rung, from setup snapshot"
+		warmName   = "bwrap rung, warm pool take"
+		cmdName    = "per command in a running sandbox"
 		llName     = "landlock rung, from setup snapshot"
 		dockerName = "docker rung, from setup snapshot"
 		runRmName  = "docker run --rm (same image, API)"
@@ -190,11 +219,22 @@ func run(ctx context.Context, o options, w io.Writer) error {
 
 	// Namespace and Landlock rungs: fast, n rounds.
 	var fast []benchCase
+	var pool *warmBench
+	closeCmd := func() {}
 	if p := probes[bw.Name()]; p.Works {
-		fast = append(fast, benchCase{name: bareName, fn: func(int) error { return bw.Bare(ctx, "true") }})
-		fast = append(fast, snapshotCase(ctx, bw, bwrapName, filepath.Join(state, "bwrap")))
+		fast = append(fast, benchCase{name: bareName, fn: func(int) error { return bw.Bare(ctx, "true") }}, bashCase(ctx, bashName))
+		dir := filepath.Join(state, "bwrap")
+		if layer, err := setupSnapshot(ctx, bw, sandbox.Config{Workdir: "/workspace"}, filepath.Join(dir, "setup"), setupScript); err != nil {
+			fast = append(fast, benchCase{name: bwrapName, skipped: err.Error()}, benchCase{name: warmName, skipped: err.Error()}, benchCase{name: cmdName, skipped: err.Error()})
+		} else {
+			var wc, cc benchCase
+			wc, pool = warmCase(ctx, bw, warmName, layer, filepath.Join(dir, "warm"))
+			cc, closeCmd = commandCase(ctx, bw, cmdName, layer, filepath.Join(dir, "cmd"))
+			fast = append(fast, layerCase(ctx, bw, bwrapName, layer, filepath.Join(dir, "cold")), wc, cc)
+		}
 	} else {
-		fast = append(fast, benchCase{name: bareName, skipped: p.Reason}, benchCase{name: bwrapName, skipped: p.Reason})
+		fast = append(fast, benchCase{name: bareName, skipped: p.Reason}, bashCase(ctx, bashName),
+			benchCase{name: bwrapName, skipped: p.Reason}, benchCase{name: warmName, skipped: p.Reason}, benchCase{name: cmdName, skipped: p.Reason})
 	}
 	if p := probes[ll.Name()]; p.Works {
 		fast = append(fast, snapshotCase(ctx, ll, llName, filepath.Join(state, "landlock")))
@@ -220,6 +260,12 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		}})
 	}
 	res := interleave(ctx, o.n, fast)
+	closeCmd()
+	if pool != nil {
+		if err := pool.close(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/sandbox: closing the warm pool:", err)
+		}
+	}
 
 	// Docker: slow, its own rounds, against the bwrap rung measured above.
 	if p := probes[dk.Name()]; p.Works {
@@ -239,8 +285,12 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		res = append(res, interleave(ctx, o.vmN, cases)...)
 	}
 
+	cpuEnd, cpuEndErr := readCPUTimes()
+
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "create + exec `true` + close\tn\tmedian\tmean\tmin\tmax\t")
+	// A rung's case is a trial's sandbox: create (or take) + exec `true`
+	// + close; the bare cases and the per-command case are named.
+	fmt.Fprintln(tw, "case\tn\tmedian\tmean\tmin\tmax\t")
 	byName := map[string]result{}
 	for _, r := range res {
 		byName[r.name] = r
@@ -251,20 +301,21 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", r.name, len(r.samples), ms(r.median()), ms(r.mean()), ms(slices.Min(r.samples)), ms(slices.Max(r.samples)))
 	}
 	tw.Flush()
+	if pool != nil && pool.timed > 0 {
+		fmt.Fprintf(w, "warm hits %d/%d (timed takes a ready sandbox served; the refill and the close ran untimed between them)\n", pool.hits, pool.timed)
+	}
 	fmt.Fprintln(w)
 
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	// Medians decide; minimums show the uncontended cost when other work
 	// shares the machine.
 	fmt.Fprintln(tw, "ratio\tof medians\tof minimums\ttarget (medians)\tmet\t")
-	type ratio struct {
-		label, num, den string
-		target          string
-		ok              func(float64) bool
-	}
 	for _, q := range []ratio{
-		{"bwrap rung / bare bwrap", bwrapName, bareName, "≤ 1.5×", func(x float64) bool { return x <= 1.5 }},
-		{"docker run --rm / bwrap rung", runRmName, bwrapName, "≥ 30×", func(x float64) bool { return x >= 30 }},
+		{"bwrap warm pool / bare bwrap", warmName, bareName, "≤ 1.5×", func(x float64) bool { return x <= 1.5 }},
+		{"bwrap rung / bare bwrap", bwrapName, bareName, "", nil},
+		{"per command / bare bash -c true", cmdName, bashName, "≤ 2×", func(x float64) bool { return x <= 2 }},
+		{"docker run --rm / bwrap warm pool", runRmName, warmName, "≥ 30×", func(x float64) bool { return x >= 30 }},
+		{"docker run --rm / bwrap rung", runRmName, bwrapName, "", nil},
 		{"docker run --rm / landlock rung", runRmName, llName, "", nil},
 		{"docker run --rm / docker rung", runRmName, dockerName, "", nil},
 		{fmt.Sprintf("bwrap %d MB root / %d MB root", o.largeMB, o.smallMB), largeName, smallName, "≤ 2×", func(x float64) bool { return x <= 2 }},
@@ -273,30 +324,58 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		{"qemu warm-pool take / bwrap rung", vmNames.pool, bwrapName, "", nil},
 		{"qemu cold boot / qemu restore", vmNames.boot, vmNames.restore, "", nil},
 	} {
-		a, b := byName[q.num], byName[q.den]
-		if a.skipped != "" || b.skipped != "" || len(a.samples) == 0 || len(b.samples) == 0 {
-			fmt.Fprintf(tw, "%s\tnot measured\t\t%s\t\t\n", q.label, q.target)
-			continue
-		}
-		x := float64(a.median()) / float64(b.median())
-		met := "(informational)"
-		if q.ok != nil {
-			met = "no"
-			if q.ok(x) {
-				met = "yes"
-			}
-		}
-		xmin := float64(slices.Min(a.samples)) / float64(slices.Min(b.samples))
-		fmt.Fprintf(tw, "%s\t%.2f×\t%.2f×\t%s\t%s\t\n", q.label, x, xmin, q.target, met)
+		fmt.Fprintln(tw, q.row(byName))
 	}
 	tw.Flush()
+	fmt.Fprintln(w)
+	switch {
+	case cpuErr != nil:
+		fmt.Fprintln(w, "cpu steal over the run: unknown:", cpuErr)
+	case cpuEndErr != nil:
+		fmt.Fprintln(w, "cpu steal over the run: unknown:", cpuEndErr)
+	default:
+		if share, ok := stealShare(cpuStart, cpuEnd); ok {
+			// On a VM the host may run others on this machine's CPUs; the
+			// share it took inflates every figure above.
+			fmt.Fprintf(w, "cpu steal over the run: %.1f%% of CPU time (/proc/stat: steal / all jiffies, start to end); load at the end %s\n", 100*share, loadAvg())
+		} else {
+			fmt.Fprintln(w, "cpu steal over the run: unknown (no CPU time passed in /proc/stat)")
+		}
+	}
 	if load := loadAvg(); busy(load) {
-		fmt.Fprintf(w, "\nnote: the 1-minute load average (%s) exceeds the %d CPUs; other work shares the machine, so the figures are inflated and the ratios noisy\n", strings.Fields(load)[0], runtime.NumCPU())
+		fmt.Fprintf(w, "note: the 1-minute load average (%s) exceeds the %d CPUs; other work shares the machine, so the figures are inflated and the ratios noisy\n", strings.Fields(load)[0], runtime.NumCPU())
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	return nil
+}
+
+// ratio is a row of the ratios table: num's figure over den's, with the
+// target the medians' ratio must meet (ok nil: informational).
+type ratio struct {
+	label, num, den string
+	target          string
+	ok              func(float64) bool
+}
+
+// row is q's line of the ratios table (tab-separated cells) for results
+// by case name.
+func (q ratio) row(byName map[string]result) string {
+	a, b := byName[q.num], byName[q.den]
+	if a.skipped != "" || b.skipped != "" || len(a.samples) == 0 || len(b.samples) == 0 {
+		return fmt.Sprintf("%s\tnot measured\t\t%s\t\t", q.label, q.target)
+	}
+	x := float64(a.median()) / float64(b.median())
+	met := "(informational)"
+	if q.ok != nil {
+		met = "no"
+		if q.ok(x) {
+			met = "yes"
+		}
+	}
+	xmin := float64(slices.Min(a.samples)) / float64(slices.Min(b.samples))
+	return fmt.Sprintf("%s\t%.2f×\t%.2f×\t%s\t%s\t", q.label, x, xmin, q.target, met)
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
@@ -374,11 +453,20 @@ func setupSnapshot(ctx context.Context, r sandbox.Rung, base sandbox.Config, sta
 	return layer, nil
 }
 
+// setupScript is the setup every snapshot case runs.
+const setupScript = "mkdir -p deps && echo ok > deps/installed"
+
 func snapshotCase(ctx context.Context, r sandbox.Rung, name string, dir string) benchCase {
-	layer, err := setupSnapshot(ctx, r, sandbox.Config{Workdir: "/workspace"}, filepath.Join(dir, "setup"), "mkdir -p deps && echo ok > deps/installed")
+	layer, err := setupSnapshot(ctx, r, sandbox.Config{Workdir: "/workspace"}, filepath.Join(dir, "setup"), setupScript)
 	if err != nil {
 		return benchCase{name: name, skipped: err.Error()}
 	}
+	return layerCase(ctx, r, name, layer, dir)
+}
+
+// layerCase is a trial's cold sandbox from the setup snapshot layer: create
+// + exec `true` + close, each with its own state directory under dir.
+func layerCase(ctx context.Context, r sandbox.Rung, name string, layer sandbox.Layer, dir string) benchCase {
 	return benchCase{name: name, fn: func(i int) error {
 		return cycle(ctx, r, sandbox.Config{Workdir: "/workspace", Layers: []sandbox.Layer{layer}, StateDir: filepath.Join(dir, strconv.Itoa(i))})
 	}}
@@ -391,7 +479,7 @@ func dockerCases(ctx context.Context, dk *docker.Rung, rungName, runRmName strin
 	failed := func(err error) ([]benchCase, func()) {
 		return []benchCase{{name: rungName, skipped: err.Error()}, {name: runRmName, skipped: err.Error()}}, func() {}
 	}
-	layer, err := setupSnapshot(ctx, dk, sandbox.Config{Workdir: "/workspace"}, "", "mkdir -p deps && echo ok > deps/installed")
+	layer, err := setupSnapshot(ctx, dk, sandbox.Config{Workdir: "/workspace"}, "", setupScript)
 	if err != nil {
 		return failed(err)
 	}
