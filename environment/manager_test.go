@@ -97,12 +97,7 @@ func TestSetupOncePerEnvironmentAndIsolatedTrials(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	left, _ := os.ReadDir(m.stateDir)
-	for _, e := range left {
-		if e.Name() != sweepLock {
-			t.Errorf("Close left %s in the state dir", e.Name())
-		}
-	}
+	noStateLeft(t, m)
 }
 
 func TestSetupFailureIsAnInfraError(t *testing.T) {
@@ -154,5 +149,17 @@ func TestStateDirClaimedAtFirstSandbox(t *testing.T) {
 	defer sb.Close(context.Background())
 	if procs, _ := filepath.Glob(filepath.Join(state, procDirPrefix+"*")); len(procs) != 1 {
 		t.Errorf("process directories after the first sandbox: %v, want one", procs)
+	}
+}
+
+// noStateLeft fails when a closed manager left anything but its lock in
+// the state directory.
+func noStateLeft(t *testing.T, m *Manager) {
+	t.Helper()
+	left, _ := os.ReadDir(m.stateDir)
+	for _, e := range left {
+		if e.Name() != sweepLock {
+			t.Errorf("Close left %s in the state dir", e.Name())
+		}
 	}
 }

@@ -2,7 +2,6 @@ package environment
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -75,10 +74,5 @@ func TestWarmPoolTrials(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	left, _ := os.ReadDir(m.stateDir)
-	for _, e := range left {
-		if e.Name() != sweepLock {
-			t.Errorf("Close left %s in the state dir", e.Name())
-		}
-	}
+	noStateLeft(t, m)
 }
