@@ -131,7 +131,12 @@ func (r *AgentRunner) RunTrial(ctx context.Context, tc *TrialContext) (*Outcome,
 		return nil, &kindError{kind: "sandbox", err: err}
 	}
 	createStart := time.Now()
-	raw, err := prep.NewSandbox(ctx, env, pol, setup)
+	// A fresh checker grades only the diff: nothing the agent left running
+	// may outlive its sandbox into the grading, so that sandbox closes in
+	// full before the checker's exists.
+	agentSetup := setup
+	agentSetup.CloseNow = hasChecker && chk.Fresh
+	raw, err := prep.NewSandbox(ctx, env, pol, agentSetup)
 	m.lifecycleSince(createStart)
 	m.span(SpanSandbox, createStart, err)
 	if err != nil {

@@ -313,6 +313,11 @@ type SetupOptions struct {
 	OutputLimit int
 	// Run is the run the sandboxes are for (sandbox.Config.Run).
 	Run string
+	// CloseNow makes a trial sandbox's Close return only once everything
+	// in it is gone, instead of handing it to the background closer: for a
+	// sandbox whose processes must not outlive it into what follows (the
+	// agent's, before a fresh checker's sandbox grades).
+	CloseNow bool
 }
 
 // Prepare resolves, selects and sets up env, once per setup identity and
@@ -623,7 +628,7 @@ func (p *Prepared) NewSandbox(ctx context.Context, env *spec.Environment, pol sa
 	if p.Layer != nil {
 		cfg.Layers = []sandbox.Layer{*p.Layer}
 	}
-	sb, err := p.manager.trialSandbox(ctx, p.Rung, cfg, !p.Replay)
+	sb, err := p.manager.trialSandbox(ctx, p.Rung, cfg, !p.Replay, !opts.CloseNow)
 	if err != nil {
 		return nil, &InfraError{Phase: "sandbox", Err: err}
 	}

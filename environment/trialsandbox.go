@@ -13,9 +13,9 @@ import (
 
 // trialSandbox makes a trial's sandbox: taken from the rung's warm pool
 // when it has one (poolable: the sandbox needs nothing done to it after it
-// is made), else made now. Its Close returns at once; the manager's closer
-// kills and removes it behind the trial.
-func (m *Manager) trialSandbox(ctx context.Context, rung sandbox.Rung, cfg sandbox.Config, poolable bool) (sandbox.Sandbox, error) {
+// is made), else made now. With closeLater its Close returns at once and
+// the manager's closer kills and removes it behind the trial.
+func (m *Manager) trialSandbox(ctx context.Context, rung sandbox.Rung, cfg sandbox.Config, poolable, closeLater bool) (sandbox.Sandbox, error) {
 	var sb sandbox.Sandbox
 	var err error
 	if m.warm != nil && poolable && m.warmRungs[rung.Name()] {
@@ -29,6 +29,9 @@ func (m *Manager) trialSandbox(ctx context.Context, rung sandbox.Rung, cfg sandb
 	}
 	if err != nil {
 		return nil, err
+	}
+	if !closeLater {
+		return sb, nil
 	}
 	c := &closing{Sandbox: sb, m: m}
 	if ps, ok := sb.(policySetter); ok {

@@ -2,6 +2,8 @@ package environment
 
 import (
 	"context"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +73,46 @@ func TestWarmPoolTrials(t *testing.T) {
 		t.Errorf("read-only trial wrote /etc/x (exit %d, %v): it got a writable pooled sandbox", res.ExitCode, err)
 	}
 	sb.Close(ctx)
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	noStateLeft(t, m)
+}
+
+// TestCloseNowEndsEverythingFirst: a sandbox made with CloseNow is gone,
+// its service killed and its state removed, when Close returns (the
+// agent's sandbox before a fresh checker's); one without it may still be
+// closing behind the trial, and Manager.Close waits for that.
+func TestCloseNowEndsEverythingFirst(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	env := &spec.Environment{Sandbox: &spec.SandboxPolicy{Ladder: []string{"bwrap"}, Workdir: "/work"}}
+	p, err := m.Prepare(ctx, env, SetupOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.NewSandbox(ctx, env, TrialPolicy(env), SetupOptions{CloseNow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.StartService(ctx, sandbox.ExecRequest{Argv: []string{"sleep", "1000"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left, err := filepath.Glob(filepath.Join(m.own.dir, "sb-*"))
+	if err != nil || len(left) != 0 {
+		t.Fatalf("after a CloseNow sandbox's Close: %v left (%v)", left, err)
+	}
+	if out, _ := exec.Command("pgrep", "-f", "^sleep 1000$").Output(); len(out) > 0 {
+		t.Fatalf("the closed sandbox's service still runs: pids %s", out)
+	}
+	later, err := p.NewSandbox(ctx, env, TrialPolicy(env), SetupOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	later.Close(ctx)
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -686,6 +686,10 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	defer out.Stop()
 	c, err := srv.start(m, out)
 	if err != nil {
+		if armed != 0 {
+			// The armed thread would keep the cgroup busy: end it.
+			srv.send(execproto.FrameKill, armed, nil)
+		}
 		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
 	}
 	defer srv.forget(c)
