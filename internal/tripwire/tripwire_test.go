@@ -48,6 +48,8 @@ var allowed = map[string]string{
 	"internal/testenv/jaegertest":   "test support only: runs scripts/build-jaeger.sh --cached and the cached jaeger binary, on loopback ports, for the traces dataset tests",
 	"bench/server":                  "a benchmark command, not the product: starts its own PostgreSQL (initdb, postgres) and the evalsid serve and worker processes it measures",
 	"harness/external":              "starts the harness.external command or Python shim the spec names; it only serves the protocol, model output still runs in the sandbox via Worker.Exec (BFCL's adapter, which needs no sandbox, runs a model's calls only as checked calls of BFCL's simulated classes, in rlimited children)",
+	"bench/peers":                   "a benchmark command, not the product: installs the peer harnesses (pip, uv), builds docker compose and runs inspect eval, the way their users run them, to measure them beside Evals.si",
+	"bench/sandbox":                 "a benchmark command, not the product: times a bare fork/exec of bash -c true, the floor a sandboxed command is compared with",
 	"bench/bfclrate":                "a benchmark command, not the product: runs bfcl-eval's checker directly in the bfcl adapter's environment, to compare with the rate through the engine",
 
 	// The bwrap rung's half inside a sandbox.
