@@ -35,6 +35,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"evals.si/bench/internal/machine"
 	"flag"
 	"fmt"
 	"io"
@@ -151,7 +152,7 @@ func run(ctx context.Context, o options, w io.Writer) error {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	h := header{when: time.Now(), cpus: runtime.NumCPU(), load: loadAvg(), osArch: runtime.GOOS + "/" + runtime.GOARCH,
+	h := header{when: time.Now(), cpus: runtime.NumCPU(), load: machine.LoadAvg(), osArch: runtime.GOOS + "/" + runtime.GOARCH,
 		n: o.n, conc: o.concurrency, command: theTask.command, check: theTask.check,
 		python: "unknown", docker: "not used", compose: "not used", peerVersion: map[string]string{}}
 	if v, err := pythonVersion(ctx, o.python); err == nil {
@@ -181,7 +182,7 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		h.peerVersion["harbor"] = harborVersion
 		results = append(results, harborPeer(ctx, o))
 	}
-	printReport(w, h, results, loadAvg())
+	printReport(w, h, results, machine.LoadAvg())
 	return ctx.Err()
 }
 

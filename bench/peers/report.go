@@ -1,12 +1,10 @@
 package main
 
 import (
+	"evals.si/bench/internal/machine"
 	"fmt"
 	"io"
-	"os"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -137,7 +135,7 @@ func printReport(w io.Writer, h header, results []*result, loadAfter string) {
 		}
 	}
 	fmt.Fprintf(w, "\nload after the run: %s\n", loadAfter)
-	if busy(loadAfter) {
+	if machine.Busy(loadAfter) {
 		fmt.Fprintf(w, "note: the 1-minute load average exceeds the %d CPUs; other work shares the machine, so the figures are inflated and the ratios noisy\n", h.cpus)
 	}
 }
@@ -153,26 +151,4 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 
 func msec(d time.Duration) string {
 	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// busy says whether the 1-minute load average exceeds the CPU count.
-func busy(load string) bool {
-	f := strings.Fields(load)
-	if len(f) == 0 {
-		return false
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	return err == nil && v > float64(runtime.NumCPU())
 }

@@ -43,6 +43,7 @@ package main
 
 import (
 	"context"
+	"evals.si/bench/internal/machine"
 	"flag"
 	"fmt"
 	"io"
@@ -186,7 +187,7 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		defer os.RemoveAll(dir)
 		state = dir
 	}
-	fmt.Fprintf(w, "evalsi sandbox benchmark: %s, %d CPUs, load %s, %s/%s\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), loadAvg(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(w, "evalsi sandbox benchmark: %s, %d CPUs, load %s, %s/%s\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), machine.LoadAvg(), runtime.GOOS, runtime.GOARCH)
 	cpuStart, cpuErr := readCPUTimes()
 
 	bw := bwrap.New(bwrap.Options{})
@@ -337,12 +338,12 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		if share, ok := stealShare(cpuStart, cpuEnd); ok {
 			// On a VM the host may run others on this machine's CPUs; the
 			// share it took inflates every figure above.
-			fmt.Fprintf(w, "cpu steal over the run: %.1f%% of CPU time (/proc/stat: steal / all jiffies, start to end); load at the end %s\n", 100*share, loadAvg())
+			fmt.Fprintf(w, "cpu steal over the run: %.1f%% of CPU time (/proc/stat: steal / all jiffies, start to end); load at the end %s\n", 100*share, machine.LoadAvg())
 		} else {
 			fmt.Fprintln(w, "cpu steal over the run: unknown (no CPU time passed in /proc/stat)")
 		}
 	}
-	if load := loadAvg(); busy(load) {
+	if load := machine.LoadAvg(); machine.Busy(load) {
 		fmt.Fprintf(w, "note: the 1-minute load average (%s) exceeds the %d CPUs; other work shares the machine, so the figures are inflated and the ratios noisy\n", strings.Fields(load)[0], runtime.NumCPU())
 	}
 	if err := ctx.Err(); err != nil {
@@ -379,28 +380,6 @@ func (q ratio) row(byName map[string]result) string {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// busy says whether the 1-minute load average exceeds the CPU count.
-func busy(load string) bool {
-	f := strings.Fields(load)
-	if len(f) == 0 {
-		return false
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	return err == nil && v > float64(runtime.NumCPU())
-}
 
 // cycle is one trial's sandbox lifetime: create, exec `true`, close.
 func cycle(ctx context.Context, r sandbox.Rung, cfg sandbox.Config) error {
