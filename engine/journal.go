@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"evals.si/spec"
@@ -22,6 +23,13 @@ const (
 	// text once the attempt's texts have reached caps.trial_memory_mb: the
 	// head says what the event was about, the store has the rest.
 	overBudgetEventText = 1 << 10
+	// journalLinger is how long the writer lets events gather before it
+	// writes them, unless the queue is half full or the trial flushes: a
+	// trial's events come in bursts a few milliseconds apart, and each
+	// write is a transaction with an fsync, so a trivial trial's dozen
+	// events make two or three writes instead of one each. A viewer
+	// following a live trial sees them that much later.
+	journalLinger = 50 * time.Millisecond
 )
 
 // journal writes one trial attempt's events through write in order, off
@@ -43,12 +51,18 @@ type journal struct {
 	closed bool
 	err    error
 	done   chan struct{}
+	// hurry wakes a lingering writer: the queue is half full, or the
+	// trial flushes.
+	hurry chan struct{}
+	// linger is journalLinger; tests shorten it.
+	linger time.Duration
 }
 
 func newJournal(ctx context.Context, write func(context.Context, []trajectory.Event) error, trialID string) *journal {
 	// The writes outlive a canceled attempt only as far as the lease lets
 	// them: a lost lease makes the queue refuse them.
-	j := &journal{write: write, trialID: trialID, ctx: context.WithoutCancel(ctx), done: make(chan struct{})}
+	j := &journal{write: write, trialID: trialID, ctx: context.WithoutCancel(ctx), done: make(chan struct{}),
+		hurry: make(chan struct{}, 1), linger: journalLinger}
 	j.cond = sync.NewCond(&j.mu)
 	go j.run()
 	return j
@@ -72,7 +86,18 @@ func (j *journal) add(ev trajectory.Event) error {
 	j.queue = append(j.queue, ev)
 	j.bytes += size
 	j.cond.Broadcast()
+	if len(j.queue) >= maxQueuedEvents/2 || j.bytes >= maxQueuedBytes/2 {
+		j.wake()
+	}
 	return nil
+}
+
+// wake tells a lingering writer to write now; it never blocks.
+func (j *journal) wake() {
+	select {
+	case j.hurry <- struct{}{}:
+	default:
+	}
 }
 
 func (j *journal) run() {
@@ -85,6 +110,16 @@ func (j *journal) run() {
 		if len(j.queue) == 0 {
 			j.mu.Unlock()
 			return
+		}
+		if !j.closed && j.linger > 0 && j.err == nil {
+			j.mu.Unlock()
+			t := time.NewTimer(j.linger)
+			select {
+			case <-t.C:
+			case <-j.hurry:
+				t.Stop()
+			}
+			j.mu.Lock()
 		}
 		batch, failed := j.queue, j.err != nil
 		j.queue, j.bytes = nil, 0
@@ -109,6 +144,7 @@ func (j *journal) flush() error {
 	j.closed = true
 	j.cond.Broadcast()
 	j.mu.Unlock()
+	j.wake()
 	<-j.done
 	j.mu.Lock()
 	defer j.mu.Unlock()

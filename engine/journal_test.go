@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"evals.si/sandbox"
@@ -82,6 +83,48 @@ func TestJournalWritesInOrderInBatches(t *testing.T) {
 	}
 	if err := j.add(logEv(n + 1)); err == nil {
 		t.Error("an event was accepted after flush")
+	}
+}
+
+// A trial's burst of events is one write, and events nobody flushes are
+// written once the linger passes.
+func TestJournalLingers(t *testing.T) {
+	rec := &batchRecorder{}
+	j := newJournal(context.Background(), rec.write, "t")
+	j.linger = time.Hour // only the flush may write the burst
+	for i := 1; i <= 12; i++ {
+		if err := j.add(logEv(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(rec.batches); got != 1 {
+		t.Errorf("12 events in %d writes; want one", got)
+	}
+
+	rec2 := &batchRecorder{}
+	j2 := newJournal(context.Background(), rec2.write, "t")
+	j2.linger = 10 * time.Millisecond
+	if err := j2.add(logEv(1)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec2.mu.Lock()
+		n := len(rec2.batches)
+		rec2.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an event was never written without a flush")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := j2.flush(); err != nil {
+		t.Fatal(err)
 	}
 }
 
