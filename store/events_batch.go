@@ -21,7 +21,7 @@ func (s *Store) AppendEvents(ctx context.Context, trialID string, evs []trajecto
 		return err
 	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return insertEventRows(ctx, tx, trialID, rows)
+		return s.insertEventRows(ctx, tx, trialID, rows)
 	})
 	if err != nil {
 		return fmt.Errorf("appending %d events to trial %s: %w", len(evs), trialID, err)

@@ -107,17 +107,17 @@ func (s *Store) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 			return err
 		}
 		var id string
-		if err := tx.QueryRowContext(ctx, "SELECT id FROM trials WHERE status = 'pending' AND run_id = ? ORDER BY seq, attempt LIMIT 1",
+		if err := s.stmts.queryRow(ctx, tx, "SELECT id FROM trials WHERE status = 'pending' AND run_id = ? ORDER BY seq, attempt LIMIT 1",
 			runID).Scan(&id); err != nil {
 			return err
 		}
 		var epoch int64
-		if err := tx.QueryRowContext(ctx, "UPDATE lease_epoch SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch").Scan(&epoch); err != nil {
+		if err := s.stmts.queryRow(ctx, tx, "UPDATE lease_epoch SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch").Scan(&epoch); err != nil {
 			return fmt.Errorf("taking a lease epoch: %w", err)
 		}
 		now := time.Now()
 		until := now.Add(req.TTL)
-		if _, err := tx.ExecContext(ctx, `UPDATE trials SET status = 'running', lease_owner = ?, lease_until = ?, lease_epoch = ?,
+		if _, err := s.stmts.exec(ctx, tx, `UPDATE trials SET status = 'running', lease_owner = ?, lease_until = ?, lease_epoch = ?,
 			started_at = ? WHERE id = ?`, s.redact.text(req.Worker), formatTime(until), epoch, formatTime(now), id); err != nil {
 			return err
 		}
@@ -172,7 +172,7 @@ func (s *Store) Heartbeat(ctx context.Context, l Lease, ttl time.Duration) (time
 	}
 	until := time.Now().Add(ttl)
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, "UPDATE trials SET lease_until = ? WHERE id = ? AND status = 'running' AND lease_epoch = ? AND lease_epoch > 0",
+		res, err := s.stmts.exec(ctx, tx, "UPDATE trials SET lease_until = ? WHERE id = ? AND status = 'running' AND lease_epoch = ? AND lease_epoch > 0",
 			formatTime(until), l.TrialID, l.Epoch)
 		if err != nil {
 			return err
@@ -187,9 +187,9 @@ func (s *Store) Heartbeat(ctx context.Context, l Lease, ttl time.Duration) (time
 }
 
 // fence fails with ErrLeaseLost unless the attempt is running under l.
-func fence(ctx context.Context, tx *sql.Tx, l Lease) error {
+func (s *Store) fence(ctx context.Context, tx *sql.Tx, l Lease) error {
 	var one int
-	err := tx.QueryRowContext(ctx, "SELECT 1 FROM trials WHERE id = ? AND status = 'running' AND lease_epoch = ? AND lease_epoch > 0",
+	err := s.stmts.queryRow(ctx, tx, "SELECT 1 FROM trials WHERE id = ? AND status = 'running' AND lease_epoch = ? AND lease_epoch > 0",
 		l.TrialID, l.Epoch).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return leaseLost(ctx, tx, l)
@@ -240,10 +240,10 @@ func (s *Store) AppendLeased(ctx context.Context, l Lease, evs []trajectory.Even
 		return err
 	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if err := fence(ctx, tx, l); err != nil {
+		if err := s.fence(ctx, tx, l); err != nil {
 			return err
 		}
-		return insertEventRows(ctx, tx, l.TrialID, rows)
+		return s.insertEventRows(ctx, tx, l.TrialID, rows)
 	})
 	if err != nil {
 		return fmt.Errorf("appending %d events to leased trial %s: %w", len(evs), l.TrialID, err)
@@ -292,20 +292,20 @@ func (s *Store) eventRows(ctx context.Context, trialID string, evs []trajectory.
 
 // insertEventRows inserts prepared events; zero seqs are numbered after
 // the trial's last.
-func insertEventRows(ctx context.Context, tx *sql.Tx, trialID string, rows []eventRow) error {
+func (s *Store) insertEventRows(ctx context.Context, tx *sql.Tx, trialID string, rows []eventRow) error {
 	next := 0
 	for _, r := range rows {
 		seq := r.seq
 		if seq == 0 {
 			if next == 0 {
-				if err := tx.QueryRowContext(ctx, "SELECT coalesce(max(seq), 0) + 1 FROM events WHERE trial_id = ?", trialID).Scan(&next); err != nil {
+				if err := s.stmts.queryRow(ctx, tx, "SELECT coalesce(max(seq), 0) + 1 FROM events WHERE trial_id = ?", trialID).Scan(&next); err != nil {
 					return err
 				}
 			}
 			seq = next
 		}
 		next = max(next, seq+1)
-		_, err := tx.ExecContext(ctx, "INSERT INTO events (trial_id, seq, kind, time, payload, payload_blob) VALUES (?, ?, ?, ?, ?, ?)",
+		_, err := s.stmts.exec(ctx, tx, "INSERT INTO events (trial_id, seq, kind, time, payload, payload_blob) VALUES (?, ?, ?, ?, ?, ?)",
 			trialID, seq, r.kind, r.time, r.inline, r.blob)
 		switch {
 		case isForeignKey(err):
@@ -370,7 +370,7 @@ func (s *Store) complete(ctx context.Context, l Lease, c Completion) error {
 	}
 
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, "UPDATE trials SET "+resultSet+" WHERE id = ? AND status = 'running' AND lease_epoch = ? AND lease_epoch > 0",
+		res, err := s.stmts.exec(ctx, tx, "UPDATE trials SET "+resultSet+" WHERE id = ? AND status = 'running' AND lease_epoch = ? AND lease_epoch > 0",
 			append(result, l.TrialID, l.Epoch)...)
 		if err != nil {
 			return err
@@ -379,7 +379,7 @@ func (s *Store) complete(ctx context.Context, l Lease, c Completion) error {
 			return err
 		}
 		for i, sc := range c.Scores {
-			_, err := tx.ExecContext(ctx, "INSERT INTO scores (trial_id, name, value, details) VALUES (?, ?, ?, ?)",
+			_, err := s.stmts.exec(ctx, tx, "INSERT INTO scores (trial_id, name, value, details) VALUES (?, ?, ?, ?)",
 				l.TrialID, sc.Name, sc.Value, details[i])
 			if isUniqueViolation(err) {
 				return fmt.Errorf("score %q is given twice", sc.Name)
@@ -389,12 +389,12 @@ func (s *Store) complete(ctx context.Context, l Lease, c Completion) error {
 			}
 		}
 		if evaluations != nil {
-			if _, err := tx.ExecContext(ctx, "INSERT INTO evaluations (trial_id, results) VALUES (?, ?)", l.TrialID, evaluations); err != nil {
+			if _, err := s.stmts.exec(ctx, tx, "INSERT INTO evaluations (trial_id, results) VALUES (?, ?)", l.TrialID, evaluations); err != nil {
 				return fmt.Errorf("evaluations: %w", err)
 			}
 		}
 		for _, a := range artifacts {
-			_, err := tx.ExecContext(ctx, "INSERT INTO artifacts (trial_id, name, digest, size, media_type) VALUES (?, ?, ?, ?, ?)",
+			_, err := s.stmts.exec(ctx, tx, "INSERT INTO artifacts (trial_id, name, digest, size, media_type) VALUES (?, ?, ?, ?, ?)",
 				a.TrialID, a.Name, a.Digest, a.Size, a.MediaType)
 			if isUniqueViolation(err) {
 				return fmt.Errorf("artifact %q is given twice", a.Name)

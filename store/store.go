@@ -78,6 +78,8 @@ type Store struct {
 	queue []*writeReq
 	// redact holds the secrets no stored text may contain (redact.go).
 	redact redactor
+	// stmts are the hot writes' statements, prepared once (stmts.go).
+	stmts stmtCache
 }
 
 // DefaultPath is where the embedded store lives by default:
@@ -125,7 +127,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	db.SetConnMaxIdleTime(0)
 	db.SetConnMaxLifetime(0)
 
-	s := &Store{db: db, path: abs, blobs: filepath.Join(dir, "blobs"), wsem: make(chan struct{}, 1)}
+	s := &Store{db: db, path: abs, blobs: filepath.Join(dir, "blobs"), wsem: make(chan struct{}, 1), stmts: stmtCache{db: db}}
 	if err := s.initRetrying(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("opening store %s: %w", abs, err)
@@ -197,6 +199,7 @@ func (s *Store) Path() string { return s.path }
 
 // Close closes the database. Blobs need no closing.
 func (s *Store) Close() error {
+	s.stmts.close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("closing store %s: %w", s.path, err)
 	}

@@ -105,21 +105,21 @@ type txLostError struct{ err error }
 func (e *txLostError) Error() string { return e.err.Error() }
 
 func (s *Store) applyInSavepoint(tx *sql.Tx, r *writeReq) error {
-	if _, err := tx.Exec("SAVEPOINT w"); err != nil {
+	if _, err := s.stmts.exec(context.Background(), tx, "SAVEPOINT w"); err != nil {
 		return &txLostError{fmt.Errorf("opening savepoint: %w", err)}
 	}
 	if ferr := r.fn(context.WithoutCancel(r.ctx), tx); ferr != nil {
 		// SQLite rolls a whole transaction back on some errors (disk full,
 		// I/O); then the savepoint is gone too, and so is the batch.
-		if _, err := tx.Exec("ROLLBACK TO w"); err != nil {
+		if _, err := s.stmts.exec(context.Background(), tx, "ROLLBACK TO w"); err != nil {
 			return &txLostError{fmt.Errorf("%w (rolling back: %v)", ferr, err)}
 		}
-		if _, err := tx.Exec("RELEASE w"); err != nil {
+		if _, err := s.stmts.exec(context.Background(), tx, "RELEASE w"); err != nil {
 			return &txLostError{fmt.Errorf("%w (releasing savepoint: %v)", ferr, err)}
 		}
 		return ferr
 	}
-	if _, err := tx.Exec("RELEASE w"); err != nil {
+	if _, err := s.stmts.exec(context.Background(), tx, "RELEASE w"); err != nil {
 		return &txLostError{fmt.Errorf("releasing savepoint: %w", err)}
 	}
 	return nil
