@@ -232,6 +232,13 @@ func (m *Manager) Close() error {
 	defer m.mu.Unlock()
 	// Waits for a claim in progress, and keeps any from starting.
 	m.claimOnce.Do(func() { m.claimErr = errors.New("the environment manager is closed") })
+	if ctx.Err() != nil {
+		// Sandboxes are still being made or closed on the snapshots:
+		// removing the state below them now would unmount what they
+		// use mid-close. The directory stays claimed until this process
+		// exits; the next engine's sweep removes it.
+		return errors.Join(append(errs, fmt.Errorf("sandbox state %s left for the next engine's sweep: sandboxes were still closing after %v", m.stateDir, drainTimeout))...)
+	}
 	for id, c := range m.prepared {
 		select {
 		case <-c.done:

@@ -2,6 +2,7 @@ package warm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -16,6 +17,7 @@ import (
 type Closer struct {
 	sem    chan struct{}
 	logger *slog.Logger
+	failed closeFailures
 
 	// n counts the closes running; idle is closed when it drops to 0. Not
 	// a WaitGroup: a Close may start while Wait waits.
@@ -52,30 +54,31 @@ func (c *Closer) Close(ctx context.Context, sb sandbox.Sandbox) {
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
-		closeQuietly(sb, c.logger)
+		closeLogged(sb, c.logger, &c.failed)
 		done()
 		return
 	}
 	go func() {
 		defer done()
 		defer func() { <-c.sem }()
-		closeQuietly(sb, c.logger)
+		closeLogged(sb, c.logger, &c.failed)
 	}()
 }
 
-// Wait waits, within ctx, until no close runs.
+// Wait waits, within ctx, until no close runs. Its error also names the
+// closes that failed so far, which nobody else waited on.
 func (c *Closer) Wait(ctx context.Context) error {
 	c.mu.Lock()
 	if c.n == 0 {
 		c.mu.Unlock()
-		return nil
+		return c.failed.err("trial")
 	}
 	idle := c.idle
 	c.mu.Unlock()
 	select {
 	case <-idle:
-		return nil
+		return c.failed.err("trial")
 	case <-ctx.Done():
-		return fmt.Errorf("waiting for sandboxes to close: %w", ctx.Err())
+		return errors.Join(fmt.Errorf("waiting for sandboxes to close: %w", ctx.Err()), c.failed.err("trial"))
 	}
 }

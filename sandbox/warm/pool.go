@@ -58,6 +58,8 @@ type Pools struct {
 	ready  int // across pools
 	closed bool
 	stats  Stats
+	// failed records the closes that failed, for Close to report.
+	failed closeFailures
 }
 
 // Stats count takes.
@@ -158,7 +160,9 @@ func (p *Pools) refill(pl *pool) {
 	if pl.takes < 2 {
 		return
 	}
-	for !p.closed && !pl.failed && len(pl.ready)+pl.making < p.o.PerKey && p.ready+p.makingAll() < p.o.MaxReady {
+	// A pool drained since the take that asked is no longer in p.pools:
+	// what it made would only be closed unused.
+	for !p.closed && !pl.failed && p.pools[pl.key] == pl && len(pl.ready)+pl.making < p.o.PerKey && p.ready+p.makingAll() < p.o.MaxReady {
 		if mb, err := p.o.MemAvailable(); err == nil && mb < p.o.MinAvailableMB {
 			p.o.Logger.Debug("warm pool not refilled: low memory", "available_mb", mb, "floor_mb", p.o.MinAvailableMB)
 			return
@@ -193,7 +197,7 @@ func (p *Pools) makeOne(pl *pool) {
 	if p.closed || p.pools[pl.key] != pl {
 		// Drained meanwhile: nobody will take it.
 		p.mu.Unlock()
-		closeQuietly(sb, p.o.Logger)
+		closeLogged(sb, p.o.Logger, &p.failed)
 		return
 	}
 	pl.ready = append(pl.ready, sb)
@@ -224,7 +228,7 @@ func (p *Pools) Drain(keep func(key string) bool) {
 	}
 	p.mu.Unlock()
 	for _, sb := range out {
-		closeQuietly(sb, p.o.Logger)
+		closeLogged(sb, p.o.Logger, &p.failed)
 	}
 }
 
@@ -254,7 +258,10 @@ func (p *Pools) drainIdle() {
 }
 
 // Close drains every pool and waits, within ctx, for the sandboxes being
-// made (each is closed when made). Takes after Close fail.
+// made (each is closed when made). Takes after Close fail. Its error names
+// the warm sandboxes that failed to close, over the pools' whole life: what
+// they hold (mounts, processes, a container) is left for the next engine's
+// sweep.
 func (p *Pools) Close(ctx context.Context) error {
 	p.mu.Lock()
 	p.closed = true
@@ -265,18 +272,49 @@ func (p *Pools) Close(ctx context.Context) error {
 	go func() { p.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
+		return p.failed.err("warm")
 	case <-ctx.Done():
-		return fmt.Errorf("closing warm pools: %w", ctx.Err())
+		return errors.Join(fmt.Errorf("closing warm pools: %w", ctx.Err()), p.failed.err("warm"))
 	}
 }
 
-func closeQuietly(sb sandbox.Sandbox, logger *slog.Logger) {
+func closeLogged(sb sandbox.Sandbox, logger *slog.Logger, failed *closeFailures) {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	if err := sb.Close(ctx); err != nil {
-		logger.Warn("closing a warm sandbox", "err", err)
+		logger.Warn("closing a sandbox in the background", "err", err)
+		failed.add(err)
 	}
+}
+
+// closeFailures counts background closes that failed and keeps the first
+// few errors: a close nobody waits on must still reach the engine's Close
+// rather than only a log line.
+type closeFailures struct {
+	mu    sync.Mutex
+	n     int
+	first []error
+}
+
+const keptCloseErrors = 3
+
+func (f *closeFailures) add(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	if len(f.first) < keptCloseErrors {
+		f.first = append(f.first, err)
+	}
+}
+
+// err is nil when no close failed.
+func (f *closeFailures) err(what string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d %s sandbox(es) failed to close (their leftovers are removed by the next engine's sweep): %w", f.n, what, errors.Join(f.first...))
 }
 
 // closeTimeout bounds one background close.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -296,4 +297,65 @@ func (b *slowBox) Close(context.Context) error {
 	b.running.Add(-1)
 	b.closed.Store(true)
 	return nil
+}
+
+// failBox fails to close, as a sandbox whose unmount or removal failed.
+type failBox struct{ box }
+
+func (b *failBox) Close(context.Context) error {
+	b.closed.Store(true)
+	return errors.New("unmounting: device busy")
+}
+
+// A background close nobody waits on must not fail only into a log: the
+// pools' Close and the Closer's Wait report it.
+func TestFailedClosesAreReported(t *testing.T) {
+	t.Run("pools", func(t *testing.T) {
+		p := New(Options{PerKey: 2, MemAvailable: enough})
+		var made atomic.Int32
+		mk := func(context.Context) (sandbox.Sandbox, error) {
+			made.Add(1)
+			return &failBox{}, nil
+		}
+		for range 2 {
+			if _, err := p.Take(context.Background(), "k", mk); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, "the refill", func() bool { return p.Ready("k") == 2 })
+		err := p.Close(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "2 warm sandbox(es) failed to close") || !strings.Contains(err.Error(), "device busy") {
+			t.Errorf("Close: %v, want the 2 failed closes of the spares", err)
+		}
+	})
+	t.Run("closer", func(t *testing.T) {
+		c := NewCloser(2, nil)
+		c.Close(context.Background(), &box{})
+		c.Close(context.Background(), &failBox{})
+		err := c.Wait(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "1 trial sandbox(es) failed to close") {
+			t.Errorf("Wait: %v, want the one failed close", err)
+		}
+	})
+}
+
+// A refill asked for by a take whose pool was drained meanwhile makes
+// nothing: it would only be closed unused.
+func TestNoRefillAfterDrain(t *testing.T) {
+	p := New(Options{PerKey: 2, MemAvailable: enough})
+	defer p.Close(context.Background())
+	m := &maker{}
+	if _, err := p.Take(context.Background(), "k", m.make); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	pl := p.pools["k"]
+	pl.takes++ // as if a second take were under way
+	p.mu.Unlock()
+	p.Drain(nil)
+	p.refill(pl)
+	time.Sleep(20 * time.Millisecond)
+	if n := m.count(); n != 1 {
+		t.Errorf("made %d sandboxes, want 1: a drained pool was refilled", n)
+	}
 }
