@@ -113,7 +113,9 @@ type Sandbox struct {
 	v2mu sync.Mutex
 
 	life *sandbox.Lifecycle
-	// removing counts the commands' cgroups being removed behind them.
+	// removing counts the background work on the commands' cgroups:
+	// removing a finished command's, arming the next one's. Close waits
+	// for it, so no cgroup is made or left after Close returns.
 	removing sync.WaitGroup
 }
 

@@ -573,7 +573,9 @@ func (s *Sandbox) armNext(srv *execServer) {
 	}
 	srv.arming = true
 	srv.mu.Unlock()
+	s.removing.Add(1)
 	go func() {
+		defer s.removing.Done()
 		slot, err := s.arm(srv)
 		srv.mu.Lock()
 		srv.arming = false
