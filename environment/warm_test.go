@@ -2,8 +2,10 @@ package environment
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +97,9 @@ func TestCloseNowEndsEverythingFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sb.StartService(ctx, sandbox.ExecRequest{Argv: []string{"sleep", "1000"}}); err != nil {
+	// A duration of this process's own, so no other test's sleep matches.
+	secs := strconv.Itoa(1_000_000 + os.Getpid())
+	if _, err := sb.StartService(ctx, sandbox.ExecRequest{Argv: []string{"sleep", secs}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := sb.Close(ctx); err != nil {
@@ -105,7 +109,7 @@ func TestCloseNowEndsEverythingFirst(t *testing.T) {
 	if err != nil || len(left) != 0 {
 		t.Fatalf("after a CloseNow sandbox's Close: %v left (%v)", left, err)
 	}
-	if out, _ := exec.Command("pgrep", "-f", "^sleep 1000$").Output(); len(out) > 0 {
+	if out, _ := exec.Command("pgrep", "-f", "^sleep "+secs+"$").Output(); len(out) > 0 {
 		t.Fatalf("the closed sandbox's service still runs: pids %s", out)
 	}
 	later, err := p.NewSandbox(ctx, env, TrialPolicy(env), SetupOptions{})
