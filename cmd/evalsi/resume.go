@@ -24,11 +24,12 @@ func resumeRun(ctx context.Context, runID string, o runOutput, stdout, stderr io
 	if o.maxTokens < 0 {
 		return usagef("--max-tokens %d: give a positive number of tokens, or leave it out for no cap", o.maxTokens)
 	}
-	app, err := embedded.Open(ctx, embedded.Options{StorePath: o.storePath, Logger: newLogger(stderr, o.verbose)})
+	logger := newLogger(stderr, o.verbose)
+	app, err := embedded.Open(ctx, embedded.Options{StorePath: o.storePath, Logger: logger})
 	if err != nil {
 		return err
 	}
-	defer app.Close()
+	defer closeApp(app, logger)
 	return resumeWith(ctx, app, runID, o, stdout, stderr)
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"sort"
 	"strconv"
@@ -191,7 +192,7 @@ func cmdRun(cmd *cobra.Command, rf *runFlags, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer app.Close()
+	defer closeApp(app, logger)
 	if rf.estimate {
 		est, err := app.Estimate(ctx, f, embedded.RunOptions{MaxCostUSD: rf.maxCost, MaxTokens: rf.maxTokens})
 		if err != nil {
@@ -324,5 +325,15 @@ func newSchemaCmd(stdout io.Writer) *cobra.Command {
 			_, err = stdout.Write(append(b, '\n'))
 			return err
 		},
+	}
+}
+
+// closeApp closes the engine after a command that ran trials. The results
+// are stored by then; what failed to close (a sandbox's mounts or
+// processes, left for the next engine's sweep) is a warning, not a failed
+// command.
+func closeApp(app *embedded.App, logger *slog.Logger) {
+	if err := app.Close(); err != nil {
+		logger.Warn("closing the engine", "err", err)
 	}
 }

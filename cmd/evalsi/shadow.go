@@ -71,11 +71,12 @@ func cmdShadow(ctx context.Context, sf *shadowFlags, stdout, stderr io.Writer) e
 	if err != nil {
 		return &usageError{err}
 	}
-	app, err := embedded.Open(ctx, embedded.Options{StorePath: sf.storePath, Logger: newLogger(stderr, sf.verbose)})
+	logger := newLogger(stderr, sf.verbose)
+	app, err := embedded.Open(ctx, embedded.Options{StorePath: sf.storePath, Logger: logger})
 	if err != nil {
 		return err
 	}
-	defer app.Close()
+	defer closeApp(app, logger)
 	base, err := regress.Shadow(ctx, app.Store(), f.Spec, baseID)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrAmbiguous) {
