@@ -48,12 +48,15 @@ func (p *parser) claude(r io.Reader) error {
 	// call, one assistant message with its text and tool calls) once a
 	// line of another message or kind arrives.
 	var cur *claudeMessage
+	// lastID is the id of the message flushed last: a line of it after a
+	// line of another kind continues it (see claudeMessage.cont).
+	var lastID string
 	flush := func() error {
 		if cur == nil {
 			return nil
 		}
 		m := cur
-		cur = nil
+		cur, lastID = nil, m.id
 		return p.claudeMessage(m)
 	}
 	err := p.eachLine(r, func(line []byte) error {
@@ -115,7 +118,8 @@ func (p *parser) claude(r io.Reader) error {
 				}
 			}
 			if cur == nil {
-				cur = &claudeMessage{id: m.ID, model: firstNonEmpty(m.Model, model), at: p.now, took: p.sinceLine()}
+				cur = &claudeMessage{id: m.ID, model: firstNonEmpty(m.Model, model), at: p.now, took: p.sinceLine(),
+					cont: m.ID != "" && m.ID == lastID}
 			}
 			cur.last = p.now
 			cur.apiError = cur.apiError || ev.IsAPIError
@@ -233,12 +237,20 @@ type claudeMessage struct {
 	took     int64
 	// size is what it wrote (bytes of text, thinking and tool calls).
 	size int
+	// cont: the lines continue a message already recorded. Claude Code may
+	// run a tool, and write its result, while the message that asked for
+	// it still streams its next tool_use block; those blocks are the same
+	// model call, not another one.
+	cont bool
 }
 
 // claudeMessage records m: its model call, its assistant message with text
 // and tool calls together, and a tool_call event per call.
 func (p *parser) claudeMessage(m *claudeMessage) error {
-	if err := p.modelCallEvent(trajectory.Event{Time: m.at, DurationMS: m.took, ModelCall: &trajectory.ModelCall{
+	if m.cont && len(p.weights) > 0 {
+		// Its model call is recorded; what it wrote weighs on that call.
+		p.weights[len(p.weights)-1] += m.size
+	} else if err := p.modelCallEvent(trajectory.Event{Time: m.at, DurationMS: m.took, ModelCall: &trajectory.ModelCall{
 		Model: m.model, Usage: m.usage, StopReason: m.stop, ResponseID: m.id,
 	}}, m.size); err != nil {
 		return err

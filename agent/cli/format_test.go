@@ -413,3 +413,50 @@ func TestArrivalsBounded(t *testing.T) {
 		t.Errorf("first byte at %v, want %v", got, t0)
 	}
 }
+
+// Claude Code can run a tool, and write its result, while the message that
+// asked for it still streams its next tool_use block (the order depends on
+// timing). The blocks after the result are the same model call: one call,
+// its usage counted once, and both tool calls in order.
+func TestParseClaudeMessageAcrossToolResult(t *testing.T) {
+	stream := strings.Join([]string{
+		`{"type":"system","subtype":"init","session_id":"s1","model":"claude-x","cwd":"/workspace","tools":["Read","Bash"]}`,
+		`{"type":"assistant","message":{"id":"msg_A","model":"claude-x","content":[{"type":"text","text":"Reading, then testing."}],"usage":{"input_tokens":1000,"output_tokens":1}}}`,
+		`{"type":"assistant","message":{"id":"msg_A","model":"claude-x","content":[{"type":"tool_use","id":"t1","name":"Read","input":{"file_path":"calc.py"}}],"usage":{"input_tokens":1000,"output_tokens":1}}}`,
+		`{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"def add(a, b): ..."}]}}`,
+		`{"type":"assistant","message":{"id":"msg_A","model":"claude-x","content":[{"type":"tool_use","id":"t2","name":"Bash","input":{"command":"pytest -q"}}],"usage":{"input_tokens":1000,"output_tokens":1}}}`,
+		`{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t2","content":"1 failed"}]}}`,
+		`{"type":"assistant","message":{"id":"msg_B","model":"claude-x","content":[{"type":"text","text":"Done."}],"usage":{"input_tokens":1100,"output_tokens":1}}}`,
+		`{"type":"result","subtype":"success","is_error":false,"result":"Done.","num_turns":2,"total_cost_usd":0.01,"usage":{"input_tokens":2100,"output_tokens":40}}`,
+	}, "\n") + "\n"
+	var events []trajectory.Event
+	p := &parser{emit: func(e trajectory.Event) error { events = append(events, e); return nil }}
+	sum, err := parseFormat(FormatClaude, []byte(stream), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls int
+	for _, e := range events {
+		if e.Kind == trajectory.KindModelCall {
+			calls++
+		}
+	}
+	if calls != 2 || sum.steps != 2 {
+		t.Errorf("%d model calls, %d steps; want 2 and 2: one per message id", calls, sum.steps)
+	}
+	if sum.usage.InputTokens != 2100 {
+		t.Errorf("input tokens %d, want the session's 2100: msg_A counted once", sum.usage.InputTokens)
+	}
+	var order []string
+	for _, e := range events {
+		switch e.Kind {
+		case trajectory.KindToolCall:
+			order = append(order, fmt.Sprintf("%d call %s", e.Step, e.ToolCall.Name))
+		case trajectory.KindToolResult:
+			order = append(order, fmt.Sprintf("%d result %s", e.Step, e.ToolResult.Name))
+		}
+	}
+	if want := []string{"1 call Read", "1 result Read", "1 call Bash", "1 result Bash"}; !slices.Equal(order, want) {
+		t.Errorf("tool events %v, want %v", order, want)
+	}
+}
