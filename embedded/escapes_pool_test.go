@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -209,30 +208,12 @@ func poolLeftoverRun(t *testing.T, rung, nonce, marker string, concurrency, look
 			"command_timeout": "60s",
 		},
 	}
-	b, err := json.MarshalIndent(s, "", "  ")
+	b, err := json.Marshal(s) // JSON is YAML
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(t.TempDir(), "pool-leftovers.yaml")
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f := loadSpec(t, p)
-
-	dir := t.TempDir()
-	a, err := Open(context.Background(), Options{StorePath: filepath.Join(dir, "evalsi.db"), StateDir: filepath.Join(dir, "state")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var closeOnce sync.Once
-	closeApp := func() {
-		closeOnce.Do(func() {
-			if err := a.Close(); err != nil {
-				t.Errorf("closing the app: %v", err)
-			}
-		})
-	}
-	t.Cleanup(closeApp)
+	f := writeSpec(t, string(b))
+	a := openApp(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -329,7 +310,9 @@ func poolLeftoverRun(t *testing.T, rung, nonce, marker string, concurrency, look
 
 	// Nothing reached the host either, once the app has closed every
 	// sandbox (closes are asynchronous; Close waits for them).
-	closeApp()
+	if err := a.Close(); err != nil { // idempotent: openApp's cleanup closes it again
+		t.Errorf("closing the app: %v", err)
+	}
 	checkHostClean(t, marker)
 }
 
