@@ -111,9 +111,9 @@ func (j *journal) run() {
 			j.mu.Unlock()
 			return
 		}
-		if !j.closed && j.linger > 0 && j.err == nil {
+		if d := j.linger; !j.closed && d > 0 && j.err == nil {
 			j.mu.Unlock()
-			t := time.NewTimer(j.linger)
+			t := time.NewTimer(d)
 			select {
 			case <-t.C:
 			case <-j.hurry:

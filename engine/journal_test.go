@@ -91,7 +91,7 @@ func TestJournalWritesInOrderInBatches(t *testing.T) {
 func TestJournalLingers(t *testing.T) {
 	rec := &batchRecorder{}
 	j := newJournal(context.Background(), rec.write, "t")
-	j.linger = time.Hour // only the flush may write the burst
+	setLinger(j, time.Hour) // only the flush may write the burst
 	for i := 1; i <= 12; i++ {
 		if err := j.add(logEv(i)); err != nil {
 			t.Fatal(err)
@@ -106,7 +106,7 @@ func TestJournalLingers(t *testing.T) {
 
 	rec2 := &batchRecorder{}
 	j2 := newJournal(context.Background(), rec2.write, "t")
-	j2.linger = 10 * time.Millisecond
+	setLinger(j2, 10*time.Millisecond)
 	if err := j2.add(logEv(1)); err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +126,13 @@ func TestJournalLingers(t *testing.T) {
 	if err := j2.flush(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// setLinger sets j's linger under its lock: its writer is already running.
+func setLinger(j *journal, d time.Duration) {
+	j.mu.Lock()
+	j.linger = d
+	j.mu.Unlock()
 }
 
 func TestJournalReportsWriteError(t *testing.T) {
